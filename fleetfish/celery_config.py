@@ -1,0 +1,46 @@
+"""Celery settings shared by the API (which only sends tasks by name) and the worker fleet."""
+
+from __future__ import annotations
+
+from fleetfish.settings import Settings
+
+MEDIA_QUEUE = "fleetfish.media"
+POWER_QUEUE = "fleetfish.power"
+
+# Routing by name, so the API can send tasks without importing worker code.
+TASK_ROUTES = {
+    "media.*": {"queue": MEDIA_QUEUE},
+    "power.*": {"queue": POWER_QUEUE},
+    "boot.*": {"queue": POWER_QUEUE},
+}
+
+
+def celery_config(settings: Settings) -> dict:
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": settings.redis_url,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_routes": TASK_ROUTES,
+        "task_default_queue": MEDIA_QUEUE,
+        # Results are kept: chord headers need them (a global ignore_result breaks chords).
+        "task_ignore_result": False,
+        "result_expires": settings.task_result_ttl,
+        "result_extended": True,
+        # Idempotent tasks, acknowledged after they ran; a killed child requeues its task.
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        # Every task is short (one API round trip or one poll), far below the visibility timeout,
+        # and so are retry countdowns; a task of a SIGKILLed worker comes back after it.
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
+        "broker_connection_retry_on_startup": True,
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": True,
+        "worker_hijack_root_logger": False,
+        "enable_utc": True,
+    }

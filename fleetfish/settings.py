@@ -1,0 +1,83 @@
+"""Every fleetfish setting, read once from the environment (documented in docs/configuration.md)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+
+def _bool(value: str | None, default: bool) -> bool:
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _list(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Configuration shared by the API, the workers and the watcher.
+
+    Each field maps to one environment variable; ``from_env`` is the only constructor the
+    services use, tests build instances directly.
+    """
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # Redfish API
+    bind: str = "127.0.0.1"
+    port: int = 8000
+    users_file: str = ""
+    session_timeout: int = 1800
+    tls_cert: str = ""
+    tls_key: str = ""
+    max_body_bytes: int = 64 * 1024
+    # Cluster selection (workers and watcher)
+    kubeconfig: str = ""
+    namespaces: tuple[str, ...] = ()
+    label_selector: str = ""
+    # Media pipeline
+    image_allowlist: tuple[str, ...] = ()
+    import_timeout: int = 1800
+    import_poll_seconds: float = 1.0
+    dv_size_margin: float = 1.3
+    dv_min_size_mib: int = 64
+    dv_storage_class: str = ""
+    cdrom_disk: str = "cdrom"
+    # Reproduces the service fleetfish replaces: media work serialised, Reset never deferred.
+    legacy_sequential: bool = False
+    # Celery
+    visibility_timeout: int = 60
+    task_result_ttl: int = 86400
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        return cls(
+            redis_url=e.get("REDIS_URL") or cls.redis_url,
+            bind=e.get("FLEETFISH_BIND", cls.bind),
+            port=int(e.get("FLEETFISH_PORT", cls.port)),
+            users_file=e.get("FLEETFISH_USERS_FILE", ""),
+            session_timeout=int(e.get("FLEETFISH_SESSION_TIMEOUT", cls.session_timeout)),
+            tls_cert=e.get("FLEETFISH_TLS_CERT", ""),
+            tls_key=e.get("FLEETFISH_TLS_KEY", ""),
+            max_body_bytes=int(e.get("FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes)),
+            kubeconfig=e.get("FLEETFISH_KUBECONFIG") or e.get("KUBECONFIG", ""),
+            namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
+            label_selector=e.get("FLEETFISH_LABEL_SELECTOR", ""),
+            image_allowlist=_list(e.get("FLEETFISH_IMAGE_ALLOWLIST")),
+            import_timeout=int(e.get("FLEETFISH_IMPORT_TIMEOUT", cls.import_timeout)),
+            import_poll_seconds=float(
+                e.get("FLEETFISH_IMPORT_POLL_SECONDS", cls.import_poll_seconds)
+            ),
+            dv_size_margin=float(e.get("FLEETFISH_DV_SIZE_MARGIN", cls.dv_size_margin)),
+            dv_min_size_mib=int(e.get("FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib)),
+            dv_storage_class=e.get("FLEETFISH_DV_STORAGE_CLASS", ""),
+            cdrom_disk=e.get("FLEETFISH_CDROM_DISK", cls.cdrom_disk),
+            legacy_sequential=_bool(e.get("FLEETFISH_LEGACY_SEQUENTIAL"), False),
+            visibility_timeout=int(e.get("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout)),
+            task_result_ttl=int(e.get("FLEETFISH_TASK_RESULT_TTL", cls.task_result_ttl)),
+            log_level=e.get("FLEETFISH_LOG_LEVEL", cls.log_level).upper(),
+        )
