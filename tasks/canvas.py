@@ -1,0 +1,49 @@
+"""Canvas the API sends by task name: the InsertMedia chord and the plain sends.
+
+Only celery is imported here (no task bodies, no kubernetes), so the API tier can build these
+signatures with a client-only Celery app.
+"""
+
+from __future__ import annotations
+
+from celery import Celery, chain, chord
+
+
+def insert_media_chord(
+    app: Celery, system_id: str, device: str, gen: int, image: str, task_id: str
+) -> chord:
+    """Media work as the chord header, the deferred-power release as its body.
+
+    The body is immutable (``si``): it does not want the header's results, it asks Redis (through
+    ``Store.release_deferred``) which power action, if any, was deferred meanwhile.
+    """
+    header = chain(
+        app.signature("media.import", args=(system_id, device, gen, image, task_id), immutable=True),
+        app.signature("media.attach", args=(system_id, device, gen, task_id), immutable=True),
+    )
+    body = app.signature("media.release", args=(system_id, device, gen, task_id), immutable=True)
+    errback = app.signature("media.failed", args=(system_id, device, gen, task_id), immutable=True)
+    return chord([header], body).on_error(errback)
+
+
+def legacy_media_chain(
+    app: Celery, system_id: str, device: str, gen: int, image: str, task_id: str
+) -> chain:
+    """The sequential mode: the same media work with no chord and nothing waiting on it."""
+    return chain(
+        app.signature("media.import", args=(system_id, device, gen, image, task_id), immutable=True),
+        app.signature("media.attach", args=(system_id, device, gen, task_id), immutable=True),
+        app.signature("media.release", args=(system_id, device, gen, task_id), immutable=True),
+    ).on_error(app.signature("media.failed", args=(system_id, device, gen, task_id), immutable=True))
+
+
+def eject_media(app: Celery, system_id: str, device: str, gen: int, task_id: str):
+    return app.signature("media.eject", args=(system_id, device, gen, task_id), immutable=True)
+
+
+def power_reset(app: Celery, system_id: str, action: str, task_id: str):
+    return app.signature("power.reset", args=(system_id, action, task_id), immutable=True)
+
+
+def boot_apply(app: Celery, system_id: str, boot_gen: int):
+    return app.signature("boot.apply", args=(system_id, boot_gen), immutable=True)
