@@ -91,8 +91,10 @@ def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
     bootloader = firmware.get("bootloader", {}) or {}
     efi = bootloader.get("efi")
     cpu = domain.get("cpu", {}) or {}
-    cpus = int(cpu.get("cores", 1) or 1) * int(cpu.get("sockets", 1) or 1) * int(
-        cpu.get("threads", 1) or 1
+    cpus = (
+        int(cpu.get("cores", 1) or 1)
+        * int(cpu.get("sockets", 1) or 1)
+        * int(cpu.get("threads", 1) or 1)
     )
     memory = (domain.get("memory", {}) or {}).get("guest") or (
         (domain.get("resources", {}) or {}).get("requests", {}) or {}

