@@ -1,0 +1,107 @@
+"""End-to-end fixtures: the whole stack in separate processes, plus what a test observes it with."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import requests
+
+from lab.ironic import IronicLike
+from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
+
+
+@pytest.fixture(scope="module")
+def lab_factory(tmp_path_factory):
+    """Start a lab with the given LabConfig overrides; every lab started is stopped at the end."""
+    stacks: list[LabStack] = []
+
+    def start(**overrides) -> LabStack:
+        overrides.setdefault("flower", False)
+        config = LabConfig.for_tests(tmp_path_factory.mktemp("lab"), **overrides)
+        stack = LabStack(config).start(timeout=90)
+        stacks.append(stack)
+        return stack
+
+    yield start
+    for stack in stacks:
+        stack.stop()
+
+
+def system_id(vm: str) -> str:
+    return f"{LAB_NAMESPACE}.{vm}"
+
+
+def lab_vm_names(count: int) -> list[str]:
+    masters = [f"ostest-master-{i}" for i in range(min(count, 3))]
+    return masters + [f"ostest-worker-{i}" for i in range(max(0, count - 3))]
+
+
+def ironic(stack: LabStack) -> IronicLike:
+    user, password = stack.credentials
+    return IronicLike(stack.redfish_url, user, password)
+
+
+def boots(stack: LabStack, since: float = 0.0) -> list[dict]:
+    reply = requests.get(f"{stack.kube_url}/lab/boots", params={"since": since}, timeout=5)
+    reply.raise_for_status()
+    return reply.json()["boots"]
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class VMTimeline:
+    """Watches the lab's VMs over the Kubernetes API and records, per VM, when the CD-ROM volume
+    first appeared in its spec (attach) and when it was first asked to run (power-on)."""
+
+    def __init__(self, stack: LabStack, cdrom_disk: str = "cdrom"):
+        from kubernetes import client, watch
+
+        config = client.Configuration()
+        config.host = stack.kube_url
+        self.api = client.CustomObjectsApi(client.ApiClient(config))
+        self.watch = watch.Watch()
+        self.cdrom = cdrom_disk
+        self.attached: dict[str, float] = {}
+        self.started: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for event in self.watch.stream(
+                self.api.list_namespaced_custom_object,
+                "kubevirt.io",
+                "v1",
+                LAB_NAMESPACE,
+                "virtualmachines",
+                timeout_seconds=600,
+            ):
+                now = time.time()
+                vm = event["object"]
+                name = vm["metadata"]["name"]
+                spec = vm.get("spec", {})
+                volumes = spec.get("template", {}).get("spec", {}).get("volumes", []) or []
+                if any(v.get("name") == self.cdrom for v in volumes):
+                    self.attached.setdefault(name, now)
+                running = spec.get("runStrategy") in ("Always", "RerunOnFailure") or spec.get(
+                    "running"
+                )
+                if running or (vm.get("status") or {}).get("created"):
+                    self.started.setdefault(name, now)
+        except Exception:  # noqa: BLE001 - the watch ends when the lab stops
+            return
+
+    def stop(self) -> None:
+        self.watch.stop()
