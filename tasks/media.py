@@ -1,0 +1,361 @@
+"""media.* tasks: the InsertMedia chord (import, attach, release, failed) and EjectMedia.
+
+Every task carries the media ``gen`` it was sent for and does nothing once a newer request
+superseded it. Waiting (for the import, for the hotplug) is a ``self.retry(countdown=...)``:
+no worker slot is held while CDI works. See docs/media-pipeline.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from celery import shared_task
+
+from fleetfish.mirror import split_system_id
+from workers import runtime
+from workers.kubevirt import KubeError, NotFound, Transient
+from workers.media import (
+    delete_device_dvs,
+    dv_body,
+    dv_name,
+    ensure_dv,
+    head_content_length,
+    import_status,
+    remove_cdrom_volume,
+    set_cdrom_volume,
+    storage_size,
+    vmi_volume_ready,
+)
+from workers.power import PowerError, run_power
+from workers.taskutil import device_lock, retry_transient
+
+log = logging.getLogger("fleetfish.worker")
+
+# How long a running VMI may take to show the hot-plugged cdrom Ready.
+ATTACH_TIMEOUT = 300.0
+# Legacy mode: one fleet-wide lock for the whole import + attach, as the old service did.
+LEGACY_LOCK = "ff:lock:legacy-media"
+IMPORT_PERCENT_SHARE = 90
+
+
+class MediaError(Exception):
+    """The media cannot be inserted; the message is shown on the media and the Redfish task."""
+
+
+def _current(system_id: str, device: str, gen: int) -> dict | None:
+    media = runtime.store().get_media(system_id, device)
+    return media if media.get("gen") == str(gen) else None
+
+
+def _record_reason(system_id: str, device: str, gen: int, exc: BaseException) -> None:
+    # media.failed reads the reason from here: an errback gets no exception of its own.
+    runtime.store().update_media(system_id, device, gen, message=str(exc) or type(exc).__name__)
+
+
+def _report_progress(task, system_id, device, gen, task_id, image, pct: float | None) -> bool:
+    store = runtime.store()
+    shown = 0.0 if pct is None else pct
+    if not store.update_media(system_id, device, gen, progress=f"{shown:.1f}"):
+        return False
+    name = image.rsplit("/", 1)[-1]
+    store.update_task(
+        task_id,
+        state="Running",
+        percent=int(shown * IMPORT_PERCENT_SHARE / 100),
+        message=f"Importing {name}: {shown:.1f}%",
+    )
+    if task.request.id and not task.request.called_directly:
+        task.update_state(state="PROGRESS", meta={"system": system_id, "progress": shown})
+    return True
+
+
+def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None:
+    """Create (or find) this generation's DataVolume; None if the request went stale."""
+    kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
+    size = storage_size(head_content_length(image), conf)
+    body = dv_body(system_id, device, image, size, conf)
+    with device_lock(store.r, system_id, device):
+        # Checked under the lock an eject also holds: a stale import never creates an orphan.
+        if _current(system_id, device, gen) is None:
+            return None
+        dv, created = ensure_dv(kv, body)
+    log.info(
+        "%s DataVolume %s (%s) for %s",
+        "created" if created else "reusing",
+        body["metadata"]["name"],
+        size,
+        image,
+    )
+    return dv
+
+
+def import_step(task, system_id, device, gen, image, task_id, started) -> dict | None:
+    """One poll of the import. Returns the result when done, None when it must poll again."""
+    kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
+    ns, _ = split_system_id(system_id)
+    name = dv_name(system_id, device, image)
+    if not store.update_media(system_id, device, gen, dv=name):
+        return {"stale": True}
+    try:
+        dv = kv.get_dv(ns, name)
+    except NotFound:
+        dv = None
+    if dv is not None and (dv.get("metadata") or {}).get("deletionTimestamp"):
+        return None  # an old copy is going away; create it again once it is gone
+    if dv is not None and started is None and import_status(dv).error:
+        # A failed DataVolume of an earlier insert of the same image: import it afresh.
+        kv.delete_dv(ns, name)
+        return None
+    if dv is None:
+        dv = _create_dv(system_id, device, gen, image)
+        if dv is None:
+            return {"stale": True}
+    status = import_status(dv)
+    if status.error:
+        kv.delete_dv(ns, name)
+        raise MediaError(status.error)
+    if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
+        return {"stale": True}
+    if status.done:
+        log.info("DataVolume %s imported", name)
+        return {"dv": name}
+    if started is not None and time.time() - started > conf.import_timeout:
+        kv.delete_dv(ns, name)
+        raise MediaError(f"import of {image} did not finish within {conf.import_timeout} s")
+    return None
+
+
+@shared_task(bind=True, name="media.import", max_retries=None, acks_late=True)
+def media_import(self, system_id, device, gen, image, task_id, started=None, transient=0):
+    """Create the DataVolume (or reuse it) and poll it until the import Succeeded."""
+    if runtime.settings().legacy_sequential:
+        return legacy_import(self, system_id, device, gen, image, task_id)
+    if _current(system_id, device, gen) is None:
+        log.info("insert gen %s superseded, not importing", gen)
+        return {"stale": True}
+    kwargs = {"started": started, "transient": 0}
+    try:
+        result = import_step(self, system_id, device, gen, image, task_id, started)
+    except Transient as exc:
+        log.warning("import of %s: %s", image, exc)
+        err = retry_transient(self, exc, {"started": started, "transient": transient})
+        _record_reason(system_id, device, gen, err)
+        raise err from None
+    except (MediaError, KubeError) as exc:
+        log.error("import of %s failed: %s", image, exc)
+        _record_reason(system_id, device, gen, exc)
+        raise
+    if result is not None:
+        return result
+    kwargs["started"] = started or time.time()
+    raise self.retry(countdown=runtime.settings().import_poll_seconds, kwargs=kwargs)
+
+
+def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
+    """Put the DataVolume on the cdrom; (done, result). Not done while the VMI hot-plugs."""
+    kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
+    ns, vm = split_system_id(system_id)
+    media = _current(system_id, device, gen)
+    if media is None:
+        return True, {"stale": True}
+    dv = media.get("dv") or dv_name(system_id, device, media.get("image", ""))
+    if media.get("attached") != "1":
+        if not store.update_media(system_id, device, gen, state="Updating"):
+            return True, {"stale": True}
+        store.update_task(task_id, state="Running", percent=92, message="Attaching virtual media")
+    with device_lock(store.r, system_id, device):
+        if _current(system_id, device, gen) is None:
+            return True, {"stale": True}
+        kv.update_vm(ns, vm, lambda obj: set_cdrom_volume(obj, conf.cdrom_disk, dv))
+    vmi = kv.get_vmi(ns, vm)
+    if vmi and (vmi.get("status") or {}).get("phase") == "Running":
+        if not vmi_volume_ready(vmi, conf.cdrom_disk, dv):
+            return False, {}
+    if not store.update_media(system_id, device, gen, attached=True):
+        return True, {"stale": True}
+    with device_lock(store.r, system_id, device):
+        if _current(system_id, device, gen) is not None:
+            delete_device_dvs(kv, system_id, device, keep=dv)
+    log.info("DataVolume %s attached to %s", dv, conf.cdrom_disk)
+    return True, {"dv": dv, "attached": True}
+
+
+@shared_task(bind=True, name="media.attach", max_retries=None, acks_late=True)
+def media_attach(self, system_id, device, gen, task_id, since=None, transient=0):
+    """Hot-plug the imported DataVolume into the VM's cdrom and wait until it is attached."""
+    try:
+        done, result = attach_step(system_id, device, gen, task_id)
+    except Transient as exc:
+        log.warning("attach: %s", exc)
+        err = retry_transient(self, exc, {"since": since, "transient": transient})
+        _record_reason(system_id, device, gen, err)
+        raise err from None
+    except (KubeError, ValueError) as exc:
+        log.error("attach failed: %s", exc)
+        _record_reason(system_id, device, gen, exc)
+        raise
+    if done:
+        return result
+    since = since or time.time()
+    if time.time() - since > ATTACH_TIMEOUT:
+        exc = MediaError(f"virtual media not attached to the running VM after {ATTACH_TIMEOUT} s")
+        _record_reason(system_id, device, gen, exc)
+        raise exc
+    raise self.retry(
+        countdown=runtime.settings().import_poll_seconds,
+        kwargs={"since": since, "transient": 0},
+    )
+
+
+def _schedule_revert(system_id: str, vmi_uid_before: str) -> None:
+    from celery import current_app
+
+    current_app.send_task("boot.revert_once", args=(system_id, vmi_uid_before), countdown=1)
+
+
+@shared_task(bind=True, name="media.release", max_retries=None, acks_late=True)
+def media_release(self, system_id, device, gen, task_id, transient=0):
+    """Chord body: media ready; run the Reset that was deferred meanwhile, exactly once."""
+    store = runtime.store()
+    body_id = self.request.id or f"direct-{task_id}"
+    verdict = store.release_deferred(system_id, device, gen, body_id)
+    if verdict["verdict"] == "stale":
+        store.update_task(task_id, state="Cancelled", message="Superseded by a newer media request")
+        return {"stale": True}
+    store.update_task(task_id, state="Completed", status="OK", message="Virtual media inserted")
+    action, power_task = verdict["action"], verdict["task"]
+    if verdict["verdict"] not in ("released", "inflight") or not action:
+        return {"released": None}
+    try:
+        message = run_power(
+            runtime.kube(),
+            store,
+            runtime.settings(),
+            system_id,
+            action,
+            power_task,
+            _schedule_revert,
+        )
+        store.update_task(power_task, state="Completed", status="OK", message=message)
+    except Transient as exc:
+        log.warning("deferred %s: %s", action, exc)
+        err = retry_transient(self, exc, {"transient": transient})
+        store.update_task(power_task, state="Exception", status="Critical", message=str(err))
+        store.finish_inflight(system_id, body_id)
+        raise err from None
+    except (PowerError, KubeError) as exc:
+        log.error("deferred %s failed: %s", action, exc)
+        store.update_task(power_task, state="Exception", status="Critical", message=str(exc))
+    store.finish_inflight(system_id, body_id)
+    return {"released": action, "task": power_task}
+
+
+def _clear_device(system_id: str, device: str, gen: int) -> None:
+    """Declarative eject plus deletion of the device's DataVolumes, if ``gen`` is current."""
+    kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
+    ns, vm = split_system_id(system_id)
+    with device_lock(store.r, system_id, device):
+        if _current(system_id, device, gen) is None:
+            return
+        kv.update_vm(ns, vm, lambda obj: remove_cdrom_volume(obj, conf.cdrom_disk))
+        delete_device_dvs(kv, system_id, device)
+
+
+@shared_task(bind=True, name="media.failed", acks_late=True)
+def media_failed(self, system_id, device, gen, task_id):
+    """Chord errback: media shows Inserted false + the reason; the deferred power-on is dropped
+    on purpose (the node stays off so Ironic fails fast instead of booting an empty disk).
+
+    Celery calls it in the worker that saw the failure, not through the broker, so it retries
+    Kubernetes hiccups itself (bounded) instead of with ``self.retry``.
+    """
+    store = runtime.store()
+    media = store.get_media(system_id, device)
+    reason = media.get("message") or "virtual media could not be inserted"
+    verdict = store.fail_media(system_id, device, gen, reason)
+    if verdict["verdict"] == "stale":
+        store.update_task(task_id, state="Cancelled", message="Superseded by a newer media request")
+        return {"stale": True}
+    log.error("virtual media failed: %s", reason)
+    store.update_task(task_id, state="Exception", status="Critical", message=reason)
+    if verdict["cancelled_task"]:
+        store.update_task(
+            verdict["cancelled_task"],
+            state="Exception",
+            status="Critical",
+            message=f"not powered on: virtual media failed: {reason}",
+        )
+    for attempt in range(3):
+        try:
+            _clear_device(system_id, device, gen)
+            break
+        except KubeError as exc:
+            log.warning("cleanup after failed media (attempt %d): %s", attempt + 1, exc)
+            time.sleep(1.0 + attempt)
+    return {"failed": reason, "cancelled": verdict["cancelled_task"]}
+
+
+@shared_task(bind=True, name="media.eject", max_retries=None, acks_late=True)
+def media_eject(self, system_id, device, gen, task_id, transient=0):
+    """Remove the cdrom volume (the drive stays, empty) and delete the device's DataVolumes."""
+    store = runtime.store()
+    if _current(system_id, device, gen) is None:
+        store.update_task(task_id, state="Completed", message="Superseded by a newer media request")
+        return {"stale": True}
+    try:
+        _clear_device(system_id, device, gen)
+    except Transient as exc:
+        raise retry_transient(self, exc, {"transient": transient}) from None
+    except KubeError as exc:
+        store.update_task(task_id, state="Exception", status="Critical", message=str(exc))
+        raise
+    store.update_media(system_id, device, gen, attached=False)
+    store.update_task(task_id, state="Completed", status="OK", message="Virtual media ejected")
+    return {"ejected": True}
+
+
+# -- legacy mode --------------------------------------------------------------------------------
+
+
+def legacy_import(task, system_id, device, gen, image, task_id) -> dict:
+    """The old single-worker service: one fleet-wide lock held for import + attach, blocking.
+
+    Kept only to measure the difference (``FLEETFISH_LEGACY_SEQUENTIAL``): N nodes take N times
+    the import time, and a worker slot sleeps through each import.
+    """
+    store, conf = runtime.store(), runtime.settings()
+    deadline = time.time() + conf.import_timeout
+    lock = store.r.lock(LEGACY_LOCK, timeout=conf.import_timeout + 600, blocking_timeout=None)
+    store.update_task(task_id, state="Pending", message="Waiting for the media lock")
+    if not lock.acquire(blocking=True, blocking_timeout=conf.import_timeout * 10):
+        raise MediaError("timed out waiting for the legacy media lock")
+    try:
+        started = time.time()
+        for _ in range(int(conf.import_timeout / max(conf.import_poll_seconds, 0.1)) + 1):
+            result = import_step(task, system_id, device, gen, image, task_id, started)
+            if result is not None:
+                break
+            if time.time() > deadline + conf.import_timeout:
+                raise MediaError("legacy import timed out")
+            time.sleep(conf.import_poll_seconds)
+        else:
+            raise MediaError("legacy import timed out")
+        if result.get("stale"):
+            return result
+        since = time.time()
+        while True:
+            done, attached = attach_step(system_id, device, gen, task_id)
+            if done:
+                return attached
+            if time.time() - since > ATTACH_TIMEOUT:
+                raise MediaError("legacy attach timed out")
+            time.sleep(conf.import_poll_seconds)
+    except Exception as exc:
+        _record_reason(system_id, device, gen, exc)
+        raise
+    finally:
+        try:
+            lock.release()
+        except Exception:  # expired meanwhile: nothing to release
+            pass

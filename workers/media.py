@@ -1,0 +1,248 @@
+"""Virtual media logic behind the media.* tasks: DataVolume naming/sizing, import status, cdrom.
+
+Pure functions first (unit-tested without a cluster), then the few helpers that call the
+KubeVirt adapter. The tasks in ``tasks/media.py`` only sequence these and talk to Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+from dataclasses import dataclass
+
+import requests
+
+from fleetfish.mirror import split_system_id
+from fleetfish.settings import Settings
+from workers.kubevirt import AlreadyExists, KubeVirt
+
+log = logging.getLogger("fleetfish.worker")
+
+LABEL_SYSTEM = "fleetfish.io/system"
+LABEL_DEVICE = "fleetfish.io/device"
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+ANN_BIND_IMMEDIATE = "cdi.kubevirt.io/storage.bind.immediate.requested"
+ANN_IMAGE = "fleetfish.io/image"
+# Used when the image server does not answer HEAD with a length (most ISOs are below this).
+DEFAULT_SIZE_MIB = 2048
+HEAD_TIMEOUT = (2.0, 3.0)
+# CDI retries a failing importer pod for ever; after this many restarts the error is real.
+MAX_IMPORT_RESTARTS = 3
+MIB = 2**20
+_NON_DNS = re.compile(r"[^a-z0-9-]+")
+_PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
+
+
+# -- pure -------------------------------------------------------------------------------------
+
+
+def dv_name(system_id: str, device: str, image: str) -> str:
+    """``ff-<vm name>-<10 hex>``: deterministic per (system, device, image), a DNS-1123 label.
+
+    Deterministic so a redelivered import or a repeated InsertMedia of the same image reuses
+    the DataVolume instead of failing with AlreadyExists or importing twice.
+    """
+    digest = hashlib.sha256(f"{system_id}\n{device}\n{image}".encode()).hexdigest()[:10]
+    _, vm = split_system_id(system_id)
+    stem = _NON_DNS.sub("-", vm.lower()).strip("-")
+    stem = stem[: 63 - len("ff--") - 10].rstrip("-")
+    return f"ff-{stem}-{digest}" if stem else f"ff-{digest}"
+
+
+def system_label(system_id: str) -> str:
+    """Label value naming the VM (the namespace is the DataVolume's own); hashed if too long."""
+    _, vm = split_system_id(system_id)
+    if _LABEL_VALUE.match(vm):
+        return vm
+    return "h-" + hashlib.sha256(system_id.encode()).hexdigest()[:20]
+
+
+def device_selector(system_id: str, device: str) -> str:
+    return f"{LABEL_SYSTEM}={system_label(system_id)},{LABEL_DEVICE}={device}"
+
+
+def storage_size(content_length: int | None, settings: Settings) -> str:
+    """Requested PVC size: the image length times the margin (filesystem overhead), at least
+    the configured minimum, rounded up to whole MiB."""
+    if not content_length or content_length <= 0:
+        return f"{max(DEFAULT_SIZE_MIB, settings.dv_min_size_mib)}Mi"
+    mib = math.ceil(content_length * settings.dv_size_margin / MIB)
+    return f"{max(mib, settings.dv_min_size_mib)}Mi"
+
+
+def dv_body(
+    system_id: str,
+    device: str,
+    image: str,
+    size: str,
+    settings: Settings,
+    secret_name: str = "",
+) -> dict:
+    ns, _ = split_system_id(system_id)
+    http: dict = {"url": image}
+    if secret_name:
+        http["secretRef"] = secret_name
+    storage: dict = {"resources": {"requests": {"storage": size}}}
+    if settings.dv_storage_class:
+        storage["storageClassName"] = settings.dv_storage_class
+    return {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {
+            "name": dv_name(system_id, device, image),
+            "namespace": ns,
+            "labels": {
+                LABEL_SYSTEM: system_label(system_id),
+                LABEL_DEVICE: device,
+                LABEL_MANAGED: "fleetfish",
+            },
+            # A stopped VM is no "first consumer": without this the import would never start.
+            "annotations": {ANN_BIND_IMMEDIATE: "true", ANN_IMAGE: image[:1024]},
+        },
+        "spec": {"source": {"http": http}, "storage": storage},
+    }
+
+
+def parse_progress(text: str | None) -> float | None:
+    """CDI ``status.progress`` ("45.20%", "N/A", "") as a percentage, None when unknown."""
+    match = _PERCENT.match(text or "")
+    if not match:
+        return None
+    return max(0.0, min(100.0, float(match.group(1))))
+
+
+@dataclass(frozen=True)
+class ImportStatus:
+    phase: str
+    progress: float | None
+    done: bool
+    error: str  # non-empty: the import failed for good
+
+
+def _condition_message(dv: dict) -> str:
+    conditions = (dv.get("status") or {}).get("conditions") or []
+    by_type = {c.get("type"): c for c in conditions}
+    for kind in ("Running", "Ready", "Bound"):
+        cond = by_type.get(kind) or {}
+        if cond.get("message"):
+            return str(cond["message"])
+    return ""
+
+
+def import_status(dv: dict) -> ImportStatus:
+    status = dv.get("status") or {}
+    phase = status.get("phase") or ""
+    progress = parse_progress(status.get("progress"))
+    if phase == "Succeeded":
+        return ImportStatus(phase, 100.0, True, "")
+    name = (dv.get("metadata") or {}).get("name", "")
+    if phase == "Failed":
+        reason = _condition_message(dv) or "import failed"
+        return ImportStatus(phase, progress, False, f"DataVolume {name} failed: {reason}")
+    restarts = int(status.get("restartCount") or 0)
+    if restarts >= MAX_IMPORT_RESTARTS:
+        reason = _condition_message(dv) or "importer keeps failing"
+        return ImportStatus(
+            phase, progress, False, f"import of DataVolume {name} failed {restarts} times: {reason}"
+        )
+    return ImportStatus(phase, progress, False, "")
+
+
+def _template_spec(vm: dict) -> dict:
+    return vm.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
+
+
+def set_cdrom_volume(vm: dict, disk: str, dv: str) -> bool:
+    """Mutator: the cdrom disk's volume becomes the hotpluggable DataVolume ``dv``.
+
+    Replaces whatever volume the disk had; False when it already points at ``dv``.
+    """
+    spec = _template_spec(vm)
+    disks = ((spec.get("domain") or {}).get("devices") or {}).get("disks") or []
+    if not any(d.get("name") == disk for d in disks):
+        raise ValueError(f"VM has no disk named {disk!r} for virtual media")
+    wanted = {"name": disk, "dataVolume": {"name": dv, "hotpluggable": True}}
+    volumes = spec.get("volumes") or []
+    if any(v == wanted for v in volumes):
+        return False
+    spec["volumes"] = [v for v in volumes if v.get("name") != disk] + [wanted]
+    return True
+
+
+def remove_cdrom_volume(vm: dict, disk: str) -> bool:
+    """Mutator: declarative eject, the disk stays as an empty drive. False if already empty."""
+    spec = _template_spec(vm)
+    volumes = spec.get("volumes") or []
+    kept = [v for v in volumes if v.get("name") != disk]
+    if len(kept) == len(volumes):
+        return False
+    spec["volumes"] = kept
+    return True
+
+
+def cdrom_volume_dv(vm_or_vmi: dict, disk: str) -> str:
+    """Name of the DataVolume/PVC on ``disk`` in a VM template or a VMI spec ('' if none)."""
+    spec = vm_or_vmi.get("spec") or {}
+    if "template" in spec:
+        spec = (spec.get("template") or {}).get("spec") or {}
+    for volume in spec.get("volumes") or []:
+        if volume.get("name") == disk:
+            src = volume.get("dataVolume") or volume.get("persistentVolumeClaim") or {}
+            return src.get("name") or src.get("claimName") or ""
+    return ""
+
+
+def vmi_volume_ready(vmi: dict, disk: str, dv: str) -> bool:
+    """True once the running VMI shows ``dv`` hot-plugged on ``disk`` (volumeStatus Ready)."""
+    if cdrom_volume_dv(vmi, disk) not in ("", dv):
+        return False
+    for vs in (vmi.get("status") or {}).get("volumeStatus") or []:
+        if vs.get("name") != disk:
+            continue
+        claim = (vs.get("persistentVolumeClaimInfo") or {}).get("claimName")
+        return vs.get("phase") == "Ready" and claim in (None, "", dv)
+    return False
+
+
+# -- cluster helpers ----------------------------------------------------------------------------
+
+
+def head_content_length(url: str) -> int | None:
+    """Content-Length from a short HEAD of the image; None when the server does not say."""
+    try:
+        response = requests.head(url, allow_redirects=True, timeout=HEAD_TIMEOUT)
+    except requests.RequestException as exc:
+        log.info("HEAD %s failed (%s): using the default size", url, exc)
+        return None
+    if response.status_code >= 400:
+        log.info("HEAD %s answered %s: using the default size", url, response.status_code)
+        return None
+    try:
+        return int(response.headers.get("Content-Length", ""))
+    except ValueError:
+        return None
+
+
+def ensure_dv(kv: KubeVirt, body: dict) -> tuple[dict, bool]:
+    """Create the DataVolume, or return the existing one of the same name. (dv, created)."""
+    ns = body["metadata"]["namespace"]
+    try:
+        return kv.create_dv(ns, body), True
+    except AlreadyExists:
+        return kv.get_dv(ns, body["metadata"]["name"]), False
+
+
+def delete_device_dvs(kv: KubeVirt, system_id: str, device: str, keep: str = "") -> list[str]:
+    """Delete the system's fleetfish DataVolumes of ``device`` except ``keep``; their names."""
+    ns, _ = split_system_id(system_id)
+    deleted = []
+    for dv in kv.list_dvs(ns, device_selector(system_id, device)):
+        name = dv.get("metadata", {}).get("name", "")
+        if name and name != keep and kv.delete_dv(ns, name):
+            deleted.append(name)
+    if deleted:
+        log.info("deleted DataVolumes %s of %s %s", deleted, system_id, device)
+    return deleted

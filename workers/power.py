@@ -1,0 +1,173 @@
+"""Redfish ComputerSystem.Reset mapped onto KubeVirt subresources, idempotent under redelivery.
+
+Used by ``power.reset`` and by ``media.release`` (a deferred Reset), so both run the same code.
+Before acting, the VMI uid is recorded in the Redfish task's Redis hash; a redelivered task that
+finds the VMI already replaced (or the action marked done) does not act a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from fleetfish.mirror import split_system_id
+from fleetfish.settings import Settings
+from fleetfish.store import Store, key_task
+from workers.boot import boot_mutator
+from workers.kubevirt import Conflict, KubeVirt, NotFound
+
+log = logging.getLogger("fleetfish.worker")
+
+ACTIONS = (
+    "On",
+    "ForceOn",
+    "ForceOff",
+    "GracefulShutdown",
+    "ForceRestart",
+    "GracefulRestart",
+    "PowerCycle",
+    "PushPowerButton",
+    "Pause",
+    "Resume",
+)
+# VMI phases after which the VM counts as off (KubeVirt deletes such a VMI or replaces it).
+FINAL_PHASES = ("Succeeded", "Failed")
+
+
+class PowerError(Exception):
+    """The action cannot be done; the message is what the Redfish task shows."""
+
+
+def vmi_active(vmi: dict | None) -> bool:
+    return bool(vmi) and (vmi.get("status") or {}).get("phase") not in FINAL_PHASES
+
+
+def vmi_uid(vmi: dict | None) -> str:
+    return ((vmi or {}).get("metadata") or {}).get("uid", "") if vmi_active(vmi) else ""
+
+
+def _remember(store: Store, task_id: str, field: str, value: str) -> str:
+    """First writer wins: the value the first delivery of this task recorded."""
+    if not task_id:
+        return value
+    key = key_task(task_id)
+    pipe = store.r.pipeline()
+    pipe.hsetnx(key, field, value)
+    pipe.hget(key, field)
+    pipe.expire(key, store.task_ttl, nx=True)
+    _, recorded, _ = pipe.execute()
+    return recorded if recorded is not None else value
+
+
+def _mark_done(store: Store, task_id: str) -> None:
+    if task_id:
+        store.r.hset(key_task(task_id), "acted", "1")
+
+
+def _tolerate(call: Callable[[], None], *phrases: str) -> bool:
+    """Run a subresource call; a 409 saying the VM is already in the wanted state is success.
+    Returns False when it was tolerated."""
+    try:
+        call()
+        return True
+    except Conflict as exc:
+        text = exc.message.lower()
+        if any(p in text for p in phrases):
+            log.info("%s", exc.message)
+            return False
+        raise
+
+
+def apply_boot_override(kv: KubeVirt, store: Store, settings: Settings, system_id: str) -> dict:
+    """Write the requested boot override onto the VM (before a start, so the new VMI takes it)."""
+    ns, name = split_system_id(system_id)
+    override = store.get_boot(system_id)
+    kv.update_vm(ns, name, boot_mutator(override, settings.cdrom_disk))
+    return override
+
+
+def run_power(
+    kv: KubeVirt,
+    store: Store,
+    settings: Settings,
+    system_id: str,
+    action: str,
+    task_id: str,
+    schedule_revert: Callable[[str, str], None] | None = None,
+) -> str:
+    """Perform one Reset action; returns the message for the Redfish task.
+
+    Raises PowerError (unsupported, no such VM), or a KubeError (Transient: retry).
+    ``schedule_revert(system_id, vmi_uid_before)`` is called after a power-on under a Once
+    boot override, so the original order comes back once the new VMI exists.
+    """
+    if action not in ACTIONS:
+        raise PowerError(f"ResetType {action} is not supported")
+    ns, name = split_system_id(system_id)
+    try:
+        kv.get_vm(ns, name)
+    except NotFound as exc:
+        raise PowerError(f"no VirtualMachine {ns}/{name}") from exc
+    vmi = kv.get_vmi(ns, name)
+    before = _remember(store, task_id, "vmi_before", vmi_uid(vmi) or "-")
+    now = vmi_uid(vmi) or "-"
+    if task_id and store.r.hget(key_task(task_id), "acted") == "1":
+        return f"{action} already done"
+    if before != now and action in ("ForceRestart", "GracefulRestart", "PowerCycle"):
+        # An earlier delivery restarted the VM and died before saying so.
+        _mark_done(store, task_id)
+        return f"{action} done (VMI replaced)"
+    store.update_task(task_id, state="Running", message=f"{action} in progress")
+
+    def power_on() -> str:
+        override = apply_boot_override(kv, store, settings, system_id)
+        started = _tolerate(lambda: kv.start_vm(ns, name), "already running", "strategy")
+        if override.get("enabled") == "Once" and schedule_revert:
+            schedule_revert(system_id, before if before != "-" else "")
+        return "Powered on" if started else "Already on"
+
+    def restart(force: bool) -> str:
+        if not vmi_active(vmi):
+            return power_on()
+        override = apply_boot_override(kv, store, settings, system_id)
+        try:
+            kv.restart_vm(ns, name, force=force)
+        except Conflict as exc:
+            if "not running" not in exc.message.lower():
+                raise
+            kv.start_vm(ns, name)
+        if override.get("enabled") == "Once" and schedule_revert:
+            schedule_revert(system_id, before if before != "-" else "")
+        return "Restarted"
+
+    if action in ("On", "ForceOn"):
+        message = "Already on" if vmi_active(vmi) else power_on()
+    elif action == "ForceOff":
+        done = _tolerate(lambda: kv.stop_vm(ns, name, grace_period=0), "not running", "halted")
+        message = "Powered off" if done else "Already off"
+    elif action == "GracefulShutdown":
+        done = _tolerate(lambda: kv.stop_vm(ns, name), "not running", "halted")
+        message = "Shutting down" if done else "Already off"
+    elif action == "PushPowerButton":
+        if vmi_active(vmi):
+            _tolerate(lambda: kv.stop_vm(ns, name), "not running", "halted")
+            message = "Shutting down"
+        else:
+            message = power_on()
+    elif action in ("ForceRestart", "PowerCycle"):
+        message = restart(force=True)
+    elif action == "GracefulRestart":
+        message = restart(force=False)
+    elif action == "Pause":
+        if not vmi_active(vmi):
+            raise PowerError("cannot pause: the system is off")
+        done = _tolerate(lambda: kv.pause_vmi(ns, name), "already paused")
+        message = "Paused" if done else "Already paused"
+    else:  # Resume
+        if not vmi_active(vmi):
+            raise PowerError("cannot resume: the system is off")
+        done = _tolerate(lambda: kv.unpause_vmi(ns, name), "not paused")
+        message = "Resumed" if done else "Not paused"
+    _mark_done(store, task_id)
+    log.info("%s %s: %s", system_id, action, message)
+    return message
