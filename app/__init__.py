@@ -1,0 +1,91 @@
+"""The fleetfish Redfish API: ``create_app()`` builds the Flask app (serve with gunicorn)."""
+
+from __future__ import annotations
+
+import logging
+
+import redis
+from flask import Flask, request
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from app import auth, errors, metrics, protocol
+from app.dispatch import make_celery
+from app.resources import (
+    account_service,
+    chassis,
+    managers,
+    registries,
+    service_root,
+    session_service,
+    system_parts,
+    systems,
+    task_service,
+    virtual_media,
+)
+from app.sessions import Lockout, Sessions
+from fleetfish.settings import Settings
+from fleetfish.store import Store
+
+log = logging.getLogger("fleetfish.api")
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    settings = settings or Settings.from_env()
+    app = Flask(__name__, static_folder=None)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.url_map.strict_slashes = False
+    app.json.sort_keys = False
+    logging.getLogger("fleetfish.api").setLevel(settings.log_level)
+
+    # A few fast retries only: with Redis gone the client should get a 503 quickly, not hang.
+    store = Store.from_url(
+        settings.redis_url,
+        task_ttl=settings.task_result_ttl,
+        retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+    )
+    client: redis.Redis = store.r
+    app.extensions["fleetfish.settings"] = settings
+    app.extensions["fleetfish.store"] = store
+    app.extensions["fleetfish.celery"] = make_celery(settings)
+    app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
+    app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
+    app.extensions["fleetfish.lockout"] = Lockout(client)
+
+    # Order matters: metrics time everything, then auth, then the resources.
+    app.extensions["fleetfish.metrics"] = metrics.install(app)
+    auth.install(app)
+    protocol.install(app)
+    errors.register_error_handlers(app)
+
+    for module in (
+        service_root,
+        systems,
+        system_parts,
+        managers,
+        chassis,
+        task_service,
+        session_service,
+        account_service,
+        registries,
+    ):
+        app.register_blueprint(module.bp)
+    app.register_blueprint(virtual_media.bp, url_prefix="/redfish/v1/Systems", name="system_media")
+    app.register_blueprint(
+        virtual_media.bp, url_prefix="/redfish/v1/Managers", name="manager_media"
+    )
+
+    @app.after_request
+    def _log(resp):
+        log.debug(
+            "fleetfish.api %s %s -> %s system=%s",
+            request.method,
+            request.path,
+            resp.status_code,
+            (request.view_args or {}).get("system_id", "-"),
+        )
+        return resp
+
+    app.wsgi_app = protocol.StripTrailingSlash(app.wsgi_app)
+    log.info("fleetfish.api ready (redis %s)", settings.redis_url.rsplit("@", 1)[-1])
+    return app

@@ -1,0 +1,231 @@
+"""Authentication (HTTP Basic and X-Auth-Token sessions), roles and per-user system scope.
+
+Users come from ``FLEETFISH_USERS_FILE`` (YAML or JSON, format in docs/redfish.md), re-read when
+the file changes (a Kubernetes Secret update). bcrypt is slow on purpose; since Ironic opens a new
+connection and sends Basic credentials on every request, one successful verification is cached
+in-process for CACHE_TTL seconds as an HMAC under a per-process random key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import bcrypt
+import yaml
+from flask import Flask, current_app, g, request
+
+from app.errors import RedfishError
+from app.scope import Scope
+
+log = logging.getLogger("fleetfish.api")
+
+ROLES = ("Administrator", "Operator", "ReadOnly")
+# Redfish standard role privileges, shown under AccountService/Roles.
+ROLE_PRIVILEGES = {
+    "Administrator": [
+        "Login",
+        "ConfigureManager",
+        "ConfigureUsers",
+        "ConfigureSelf",
+        "ConfigureComponents",
+    ],
+    "Operator": ["Login", "ConfigureSelf", "ConfigureComponents"],
+    "ReadOnly": ["Login", "ConfigureSelf"],
+}
+OPEN_PATHS = frozenset(
+    {"/redfish", "/redfish/v1", "/redfish/v1/odata", "/redfish/v1/$metadata", "/metrics"}
+)
+SESSIONS_PATH = "/redfish/v1/SessionService/Sessions"
+WRITE_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+# Endpoints a ReadOnly user may write to: logging out of its own session (checked by the handler).
+SELF_SERVICE_ENDPOINTS = frozenset({"session_service.logout"})
+CACHE_TTL = 30.0
+RELOAD_CHECK_SECONDS = 2.0
+# A real bcrypt hash to compare against for unknown users, so timing does not reveal names.
+_DUMMY_HASH = bcrypt.hashpw(b"fleetfish-dummy", bcrypt.gensalt(rounds=4))
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    role: str
+    scope: Scope
+    password_hash: bytes = b""
+    password_plain: str = ""
+
+    @property
+    def read_only(self) -> bool:
+        return self.role == "ReadOnly"
+
+    @property
+    def admin(self) -> bool:
+        return self.role == "Administrator"
+
+
+def parse_users(text: str, source: str = "users file") -> dict[str, User]:
+    data = yaml.safe_load(text) or {}
+    users: dict[str, User] = {}
+    for entry in data.get("users") or []:
+        name = str(entry.get("name") or "")
+        role = entry.get("role", "ReadOnly")
+        if not name or role not in ROLES:
+            log.error("fleetfish.api %s: skipping user %r with role %r", source, name, role)
+            continue
+        hashed = entry.get("password_hash")
+        plain = entry.get("password")
+        if not hashed and plain is None:
+            log.error("fleetfish.api %s: user %r has no password_hash, skipped", source, name)
+            continue
+        if not hashed:
+            log.warning(
+                "fleetfish.api SECURITY WARNING: %s gives user %r a plain-text password; "
+                "use password_hash (bcrypt) outside of labs",
+                source,
+                name,
+            )
+        users[name] = User(
+            name=name,
+            role=role,
+            scope=Scope.from_config(entry.get("systems")),
+            password_hash=str(hashed).encode() if hashed else b"",
+            password_plain="" if hashed else str(plain),
+        )
+    return users
+
+
+class UserDB:
+    """The users file, reloaded on change, with the verification cache."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._users: dict[str, User] = {}
+        self._mtime: float | None = None
+        self._checked = 0.0
+        self._lock = threading.Lock()
+        self._key = secrets.token_bytes(32)
+        self._cache: dict[str, tuple[bytes, float]] = {}
+        if not path:
+            log.warning(
+                "fleetfish.api FLEETFISH_USERS_FILE is not set: every request needing auth gets 401"
+            )
+        self._reload(force=True)
+
+    def _reload(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self.path or (not force and now - self._checked < RELOAD_CHECK_SECONDS):
+            return
+        self._checked = now
+        try:
+            mtime = os.stat(self.path).st_mtime
+            if mtime == self._mtime:
+                return
+            with open(self.path, encoding="utf-8") as fh:
+                users = parse_users(fh.read(), self.path)
+        except (OSError, yaml.YAMLError, ValueError, AttributeError):
+            log.exception(
+                "fleetfish.api cannot load users file %s; keeping %d users",
+                self.path,
+                len(self._users),
+            )
+            return
+        with self._lock:
+            self._users, self._mtime = users, mtime
+            self._cache.clear()
+        log.info("fleetfish.api loaded %d users from %s", len(users), self.path)
+
+    def get(self, name: str) -> User | None:
+        self._reload()
+        return self._users.get(name)
+
+    def all(self) -> list[User]:
+        self._reload()
+        return sorted(self._users.values(), key=lambda u: u.name)
+
+    def verify(self, name: str, password: str) -> User | None:
+        user = self.get(name)
+        if user is None:
+            bcrypt.checkpw(password.encode(), _DUMMY_HASH)
+            return None
+        material = b"\0".join([name.encode(), password.encode(), user.password_hash])
+        digest = hmac.new(self._key, material, hashlib.sha256).digest()
+        cached = self._cache.get(name)
+        if cached and cached[1] > time.monotonic() and hmac.compare_digest(cached[0], digest):
+            return user
+        if user.password_hash:
+            try:
+                ok = bcrypt.checkpw(password.encode(), user.password_hash)
+            except ValueError:
+                log.error("fleetfish.api user %r has an invalid bcrypt hash", name)
+                ok = False
+        else:
+            ok = hmac.compare_digest(password.encode(), user.password_plain.encode())
+        if not ok:
+            return None
+        with self._lock:
+            if len(self._cache) > 4096:
+                self._cache.clear()
+            self._cache[name] = (digest, time.monotonic() + CACHE_TTL)
+        return user
+
+
+def unauthorized() -> RedfishError:
+    return RedfishError(
+        401, "NoValidSession", headers={"WWW-Authenticate": 'Basic realm="fleetfish"'}
+    )
+
+
+def check_password(name: str, password: str) -> User | None:
+    """Verify credentials through the lock-out: a locked user is refused even with the right password."""
+    ext = current_app.extensions
+    lockout = ext["fleetfish.lockout"]
+    if lockout.locked(name):
+        log.info("fleetfish.api login refused for locked-out user %r", name)
+        return None
+    user = ext["fleetfish.users"].verify(name, password)
+    if user is None and lockout.failed(name):
+        log.warning("fleetfish.api user %r locked out after repeated failed logins", name)
+    return user
+
+
+def current_user() -> User:
+    return g.user
+
+
+def install(app: Flask) -> None:
+    @app.before_request
+    def _authenticate():
+        g.user = None
+        g.session_id = None
+        if request.path in OPEN_PATHS or (
+            request.path == SESSIONS_PATH and request.method == "POST"
+        ):
+            return
+        users: UserDB = current_app.extensions["fleetfish.users"]
+        token = request.headers.get("X-Auth-Token")
+        if token:
+            session = current_app.extensions["fleetfish.sessions"].touch(token)
+            user = users.get(session["user"]) if session else None
+            if user is None:
+                raise unauthorized()
+            g.session_id = session["id"]
+        else:
+            auth = request.authorization
+            if auth is None or auth.type != "basic" or auth.username is None:
+                raise unauthorized()
+            user = check_password(auth.username, auth.password or "")
+            if user is None:
+                raise unauthorized()
+        g.user = user
+        if (
+            user.read_only
+            and request.method in WRITE_METHODS
+            and request.endpoint not in SELF_SERVICE_ENDPOINTS
+        ):
+            raise RedfishError(403, "InsufficientPrivilege")

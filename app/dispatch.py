@@ -1,0 +1,47 @@
+"""The API's client-only Celery app: sends tasks by name, never imports task bodies."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+from celery.canvas import Signature
+from celery.result import AsyncResult
+
+from fleetfish.celery_config import celery_config
+from fleetfish.settings import Settings
+
+log = logging.getLogger("fleetfish.api")
+
+# A broker outage must turn into a quick 503, not a request hanging on publish retries.
+_CLIENT_OVERRIDES = {
+    "task_publish_retry": True,
+    "task_publish_retry_policy": {
+        "max_retries": 2,
+        "interval_start": 0.1,
+        "interval_step": 0.2,
+        "interval_max": 0.5,
+    },
+    "broker_connection_timeout": 2,
+    "broker_connection_retry": False,
+    "redis_socket_connect_timeout": 2,
+    "redis_socket_timeout": 5,
+}
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("fleetfish-api", set_as_current=False)
+    app.conf.update(celery_config(settings))
+    app.conf.update(_CLIENT_OVERRIDES)
+    return app
+
+
+def send(signature: Signature, system_id: str) -> AsyncResult:
+    """Queue a signature (or canvas); broker failures propagate and become a 503."""
+    result = signature.apply_async()
+    log.info("fleetfish.api sent %s system=%s celery_id=%s", _name(signature), system_id, result.id)
+    return result
+
+
+def _name(signature: Signature) -> str:
+    return getattr(signature, "task", None) or type(signature).__name__

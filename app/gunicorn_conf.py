@@ -1,0 +1,58 @@
+"""gunicorn settings for the API: ``gunicorn -c app/gunicorn_conf.py`` (env vars as in docs/configuration.md).
+
+Ironic sends ``Connection: close`` on every request, so each call is a fresh TCP (and TLS)
+connection: threads per process keep many of those in flight without a process each.
+Plain os.environ reads only: this file is loaded before the app's packages are importable.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+
+wsgi_app = "app:create_app()"
+
+_host = os.environ.get("FLEETFISH_BIND", "127.0.0.1")
+_port = os.environ.get("FLEETFISH_PORT", "8000")
+bind = [f"[{_host}]:{_port}" if ":" in _host else f"{_host}:{_port}"]
+
+# 2 * cores + 1 is gunicorn's rule of thumb; beyond 8 processes the Redis connections grow for little gain.
+workers = int(
+    os.environ.get("FLEETFISH_API_WORKERS") or min(2 * multiprocessing.cpu_count() + 1, 8)
+)
+worker_class = "gthread"
+threads = int(os.environ.get("FLEETFISH_API_THREADS") or 8)
+timeout = 30
+graceful_timeout = 20
+keepalive = 2
+backlog = 2048
+
+if os.environ.get("FLEETFISH_TLS_CERT") and os.environ.get("FLEETFISH_TLS_KEY"):
+    certfile = os.environ["FLEETFISH_TLS_CERT"]
+    keyfile = os.environ["FLEETFISH_TLS_KEY"]
+
+accesslog = os.environ.get("FLEETFISH_ACCESS_LOG", "-")
+errorlog = "-"
+loglevel = os.environ.get("FLEETFISH_LOG_LEVEL", "info").lower()
+access_log_format = 'fleetfish.api access %(h)s "%(r)s" %(s)s %(B)s %(M)sms "%(a)s"'
+proc_name = "fleetfish-api"
+
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "loggers": {
+        "fleetfish": {"handlers": ["console"], "level": loglevel.upper(), "propagate": False},
+        "gunicorn.error": {"handlers": ["console"], "level": loglevel.upper(), "propagate": False},
+        "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
+}
+
+
+def child_exit(server, worker):
+    """Drop the metrics files of a dead worker (prometheus_client multiprocess mode)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid)

@@ -1,0 +1,1 @@
+"""Redfish resource blueprints, one module per resource family."""

@@ -1,0 +1,221 @@
+"""ComputerSystem: the Systems collection, one system per mirrored VM, PATCH Boot and Reset."""
+
+from __future__ import annotations
+
+import logging
+
+from flask import Blueprint, current_app
+
+from app import dispatch
+from app.context import celery, settings, store, visible_system, visible_systems
+from app.errors import RedfishError, message
+from app.protocol import collection, finalize, if_match_ok, json_body, resource
+from app.resources.task_service import accepted
+from app.validate import Param, action_params, patch_object, raise_if, show
+from fleetfish.mirror import power_state
+from tasks import canvas
+
+log = logging.getLogger("fleetfish.api")
+bp = Blueprint("systems", __name__)
+
+SYSTEMS = "/redfish/v1/Systems"
+BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd")
+BOOT_ENABLED = ("Disabled", "Once", "Continuous")
+BOOT_MODES = ("UEFI", "Legacy")
+# KubeVirt has no NMI and no power button; Pause/Resume map to the VMI pause subresources.
+RESET_TYPES = (
+    "On",
+    "ForceOff",
+    "GracefulShutdown",
+    "GracefulRestart",
+    "ForceRestart",
+    "Pause",
+    "Resume",
+)
+SYSTEM_ALLOW = ("GET", "HEAD", "PATCH")
+
+BOOT_WRITABLE = {
+    "BootSourceOverrideTarget": Param(str, allowed=BOOT_TARGETS),
+    "BootSourceOverrideEnabled": Param(str, allowed=BOOT_ENABLED),
+    "BootSourceOverrideMode": Param(str, allowed=BOOT_MODES),
+    # Ironic sends "HttpBootUri": null alongside Cd; there is no UEFI HTTP boot to configure.
+    "HttpBootUri": Param(str, nullable=True),
+}
+
+
+def system_uri(system_id: str) -> str:
+    return f"{SYSTEMS}/{system_id}"
+
+
+def render_boot(doc: dict, boot: dict[str, str]) -> dict:
+    return {
+        "BootSourceOverrideEnabled": boot.get("enabled") or "Disabled",
+        "BootSourceOverrideTarget": boot.get("target") or "None",
+        "BootSourceOverrideMode": boot.get("mode") or doc.get("bootMode") or "UEFI",
+        "BootSourceOverrideEnabled@Redfish.AllowableValues": list(BOOT_ENABLED),
+        "BootSourceOverrideTarget@Redfish.AllowableValues": list(BOOT_TARGETS),
+        "BootSourceOverrideMode@Redfish.AllowableValues": list(BOOT_MODES),
+    }
+
+
+def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dict:
+    sid = doc["id"]
+    uri = system_uri(sid)
+    health = "Warning" if doc.get("restartRequired") else "OK"
+    status: dict = {"State": "Enabled", "Health": health}
+    if doc.get("restartRequired"):
+        status["Conditions"] = [
+            {
+                "Message": "The VM spec changed and takes effect at the next restart.",
+                "Severity": "Warning",
+            }
+        ]
+    return {
+        "@odata.id": uri,
+        "@odata.type": "#ComputerSystem.v1_27_0.ComputerSystem",
+        "Id": sid,
+        "Name": doc.get("name") or sid,
+        "Description": f"KubeVirt VirtualMachine {doc.get('namespace')}/{doc.get('name')}",
+        "UUID": doc.get("firmwareUUID") or None,
+        "Manufacturer": "KubeVirt",
+        "Model": "VirtualMachine",
+        "SerialNumber": doc.get("uid") or None,
+        "SystemType": "Virtual",
+        "PowerState": power_state(doc, power),
+        "Status": status,
+        "Boot": render_boot(doc, boot),
+        "ProcessorSummary": {
+            "Count": int(doc.get("cpus") or 0),
+            "Status": {"State": "Enabled", "Health": "OK"},
+        },
+        "MemorySummary": {
+            "TotalSystemMemoryGiB": round(int(doc.get("memoryMiB") or 0) / 1024, 3),
+            "Status": {"State": "Enabled", "Health": "OK"},
+        },
+        "Processors": {"@odata.id": f"{uri}/Processors"},
+        "Memory": {"@odata.id": f"{uri}/Memory"},
+        "SimpleStorage": {"@odata.id": f"{uri}/SimpleStorage"},
+        "EthernetInterfaces": {"@odata.id": f"{uri}/EthernetInterfaces"},
+        "VirtualMedia": {"@odata.id": f"{uri}/VirtualMedia"},
+        "Links": {
+            "ManagedBy": [{"@odata.id": f"/redfish/v1/Managers/{sid}"}],
+            "Chassis": [{"@odata.id": f"/redfish/v1/Chassis/{sid}"}],
+        },
+        "Actions": {
+            "#ComputerSystem.Reset": {
+                "target": f"{uri}/Actions/ComputerSystem.Reset",
+                "ResetType@Redfish.AllowableValues": list(RESET_TYPES),
+            }
+        },
+    }
+
+
+def _current(system_id: str) -> dict:
+    doc = visible_system(system_id)
+    st = store()
+    return render_system(doc, st.get_power(system_id), st.get_boot(system_id))
+
+
+@bp.get(SYSTEMS)
+def systems():
+    ids = [system_uri(d["id"]) for d in visible_systems()]
+    body = collection(
+        SYSTEMS, "#ComputerSystemCollection.ComputerSystemCollection", "Computer Systems", ids
+    )
+    return resource(body)
+
+
+@bp.get(f"{SYSTEMS}/<system_id>")
+def system(system_id: str):
+    return resource(_current(system_id), allow=SYSTEM_ALLOW)
+
+
+@bp.patch(f"{SYSTEMS}/<system_id>")
+def patch_system(system_id: str):
+    current = finalize(_current(system_id))
+    body = json_body(allow_empty=False)
+    readonly = {k for k in current if k != "Boot"}
+    _, errors = patch_object({k: v for k, v in body.items() if k != "Boot"}, {}, readonly)
+    changes: dict = {}
+    if "Boot" in body:
+        if not isinstance(body["Boot"], dict):
+            errors.append(
+                message("PropertyValueTypeError", [show(body["Boot"]), "Boot"], ["#/Boot"])
+            )
+        else:
+            boot_readonly = {k for k in current["Boot"] if "@" in k}
+            changes, boot_errors = patch_object(
+                body["Boot"], BOOT_WRITABLE, boot_readonly, prefix="Boot/"
+            )
+            errors += boot_errors
+            if changes.get("HttpBootUri") is not None:
+                errors.append(
+                    message(
+                        "PropertyValueIncorrect",
+                        ["Boot/HttpBootUri", changes["HttpBootUri"]],
+                        ["#/Boot/HttpBootUri"],
+                    )
+                )
+    raise_if(errors)
+    if not if_match_ok(current["@odata.etag"]):
+        raise RedfishError(412, "PreconditionFailed")
+    fields = {
+        name: changes[key]
+        for key, name in (
+            ("BootSourceOverrideEnabled", "enabled"),
+            ("BootSourceOverrideTarget", "target"),
+            ("BootSourceOverrideMode", "mode"),
+        )
+        if key in changes
+    }
+    if fields:
+        boot_gen = store().set_boot(system_id, **fields)
+        log.info("fleetfish.api boot override %s gen=%s system=%s", fields, boot_gen, system_id)
+        dispatch.send(canvas.boot_apply(celery(), system_id, boot_gen), system_id)
+    return resource(_current(system_id), allow=SYSTEM_ALLOW)
+
+
+@bp.post(f"{SYSTEMS}/<system_id>/Actions/ComputerSystem.Reset")
+def reset(system_id: str):
+    visible_system(system_id)
+    params = action_params(
+        "ComputerSystem.Reset",
+        json_body(),
+        {"ResetType": Param(str, required=True, allowed=RESET_TYPES)},
+    )
+    action = params["ResetType"]
+    st = store()
+    task_id = st.new_task(f"Reset {action}", system_id)
+    verdict = {"verdict": "run", "cancelled_task": ""}
+    if not settings().legacy_sequential:
+        verdict = st.request_power(system_id, action, task_id)
+    if verdict["cancelled_task"]:
+        st.update_task(
+            verdict["cancelled_task"],
+            state="Cancelled",
+            status="Warning",
+            message=f"Cancelled by Reset {action} (task {task_id})",
+            message_id="TaskEvent.1.0.TaskCancelled",
+        )
+    if verdict["verdict"] == "deferred":
+        st.update_task(task_id, state="Pending", message="waiting for virtual media")
+        current_app.extensions["fleetfish.metrics"].deferred_power_ons.inc()
+        log.info(
+            "fleetfish.api Reset %s deferred until media is ready system=%s task=%s",
+            action,
+            system_id,
+            task_id,
+        )
+        return accepted(task_id)
+    try:
+        result = dispatch.send(canvas.power_reset(celery(), system_id, action, task_id), system_id)
+    except Exception:
+        st.update_task(
+            task_id,
+            state="Exception",
+            status="Critical",
+            message="could not queue the power action",
+        )
+        raise
+    st.update_task(task_id, celery_id=result.id)
+    return accepted(task_id)

@@ -1,0 +1,248 @@
+"""VirtualMedia (the Cd slot) with InsertMedia/EjectMedia, under both Systems/{id} and Managers/{id}.
+
+The blueprint is registered twice (see ``app.create_app``); the registered name tells which parent
+the request came through, so every @odata.id and action target stays under that parent.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from urllib.parse import urlsplit, urlunsplit
+
+from flask import Blueprint, request
+
+from app import dispatch
+from app.context import celery, not_found, settings, store, visible_system
+from app.errors import RedfishError
+from app.protocol import collection, json_body, no_content, resource
+from app.resources.task_service import accepted
+from app.validate import Param, action_params
+from fleetfish.store import DEVICES, PENDING_STATES
+from tasks import canvas
+
+log = logging.getLogger("fleetfish.api")
+bp = Blueprint("virtual_media", __name__)
+
+PARENTS = {"system_media": "/redfish/v1/Systems", "manager_media": "/redfish/v1/Managers"}
+PROTOCOLS = ("HTTP", "HTTPS")
+METHODS = ("Stream", "Upload")
+INSERT = "VirtualMedia.InsertMedia"
+EJECT = "VirtualMedia.EjectMedia"
+INSERT_PARAMS = {
+    "Image": Param(str, required=True),
+    "Inserted": Param(bool),
+    "WriteProtected": Param(bool),
+    "TransferProtocolType": Param(str, allowed=PROTOCOLS, nullable=True),
+    "TransferMethod": Param(str, allowed=METHODS, nullable=True),
+    "UserName": Param(str, nullable=True),
+    "Password": Param(str, nullable=True),
+    "MediaType": Param(str, allowed=("CD", "DVD"), nullable=True),
+}
+
+
+def _base(system_id: str) -> str:
+    return f"{PARENTS.get(request.blueprint or '', '/redfish/v1/Systems')}/{system_id}/VirtualMedia"
+
+
+def _device(device: str) -> str:
+    if device not in DEVICES:
+        raise not_found("VirtualMedia", device)
+    return device
+
+
+def redact(url: str) -> str:
+    """The image URL without user:password@ (credentials are never shown)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def render_media(system_id: str, device: str, media: dict[str, str]) -> dict:
+    uri = f"{_base(system_id)}/{device}"
+    inserted = media.get("inserted") == "1"
+    image = redact(media.get("image") or "")
+    health = media.get("health") or "OK"
+    status: dict = {"State": media.get("state") or "Enabled", "Health": health}
+    if health != "OK" and media.get("message"):
+        status["Conditions"] = [{"Message": media["message"], "Severity": health}]
+    protocol = media.get("transfer_protocol") or (urlsplit(image).scheme.upper() if image else "")
+    return {
+        "@odata.id": uri,
+        "@odata.type": "#VirtualMedia.v1_6_5.VirtualMedia",
+        "Id": device,
+        "Name": "Virtual CD",
+        "MediaTypes": ["CD", "DVD"],
+        "Image": image or None,
+        "ImageName": media.get("image_name") or None,
+        "Inserted": inserted,
+        "WriteProtected": media.get("write_protected", "1") != "0",
+        "ConnectedVia": "URI" if inserted else "NotConnected",
+        "TransferProtocolType": protocol or None,
+        "TransferMethod": media.get("transfer_method") or ("Stream" if image else None),
+        "Status": status,
+        "Actions": {
+            f"#{INSERT}": {
+                "target": f"{uri}/Actions/{INSERT}",
+                "TransferProtocolType@Redfish.AllowableValues": list(PROTOCOLS),
+                "TransferMethod@Redfish.AllowableValues": list(METHODS),
+            },
+            f"#{EJECT}": {"target": f"{uri}/Actions/{EJECT}"},
+        },
+    }
+
+
+@bp.get("/<system_id>/VirtualMedia")
+def media_collection(system_id: str):
+    visible_system(system_id)
+    base = _base(system_id)
+    members = [f"{base}/{d}" for d in DEVICES]
+    body = collection(
+        base, "#VirtualMediaCollection.VirtualMediaCollection", "Virtual Media", members
+    )
+    return resource(body)
+
+
+@bp.get("/<system_id>/VirtualMedia/<device>")
+def media(system_id: str, device: str):
+    visible_system(system_id)
+    device = _device(device)
+    return resource(render_media(system_id, device, store().get_media(system_id, device)))
+
+
+def check_image(image: str) -> None:
+    parts = urlsplit(image)
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise RedfishError(
+            400, "ActionParameterValueFormatError", [redact(image), "Image", INSERT], ["#/Image"]
+        )
+    allow = settings().image_allowlist
+    if allow and not host_allowed(parts.hostname, allow):
+        log.info("fleetfish.api image host %s not in the allow-list", parts.hostname)
+        raise RedfishError(400, "ActionParameterValueError", ["Image", INSERT], ["#/Image"])
+
+
+def host_allowed(host: str, allowlist: tuple[str, ...]) -> bool:
+    """Entries are host names (".example.com" also matches subdomains) or CIDRs for IP-literal hosts."""
+    host = host.lower()
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in allowlist:
+        entry = entry.strip().lower()
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry, strict=False):
+                    return True
+            except ValueError:
+                pass
+        if host == entry or (entry.startswith(".") and host.endswith(entry)):
+            return True
+    return False
+
+
+@bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{INSERT}")
+def insert_media(system_id: str, device: str):
+    visible_system(system_id)
+    device = _device(device)
+    params = action_params(INSERT, json_body(), INSERT_PARAMS)
+    image = params["Image"]
+    check_image(image)
+    st = store()
+    current = st.get_media(system_id, device)
+    if current.get("image") == image and current.get("inserted") == "1":
+        if current.get("state") in PENDING_STATES:
+            if current.get("task"):
+                return accepted(current["task"])
+        elif current.get("health") == "OK":
+            return no_content()
+    task_id = st.new_task(f"InsertMedia {device}", system_id, state="Running")
+    began = st.begin_insert(
+        system_id,
+        device,
+        image,
+        task_id,
+        write_protected=params.get("WriteProtected", True),
+        inserted=params.get("Inserted", True),
+        transfer_protocol=params.get("TransferProtocolType", ""),
+        transfer_method=params.get("TransferMethod", ""),
+        username=params.get("UserName", ""),
+        password=params.get("Password", ""),
+    )
+    build = canvas.legacy_media_chain if settings().legacy_sequential else canvas.insert_media_chord
+    gen = began["gen"]
+    try:
+        result = dispatch.send(build(celery(), system_id, device, gen, image, task_id), system_id)
+    except Exception:
+        _abandon(system_id, device, gen, task_id)
+        raise
+    st.update_task(task_id, celery_id=result.id)
+    log.info(
+        "fleetfish.api InsertMedia %s gen=%s task=%s system=%s",
+        redact(image),
+        gen,
+        task_id,
+        system_id,
+    )
+    return accepted(task_id)
+
+
+def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:
+    """The media work could not be queued: show the failure rather than a slot stuck in Starting."""
+    st = store()
+    try:
+        st.fail_media(
+            system_id, device, gen, "the media work could not be queued (broker unavailable)"
+        )
+        st.update_task(task_id, state="Exception", status="Critical", message="broker unavailable")
+    except Exception:  # Redis is likely down too; the 503 already tells the client to retry.
+        log.warning("fleetfish.api could not record the failed InsertMedia system=%s", system_id)
+
+
+@bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{EJECT}")
+def eject_media(system_id: str, device: str):
+    visible_system(system_id)
+    device = _device(device)
+    action_params(EJECT, json_body(), {})
+    st = store()
+    current = st.get_media(system_id, device)
+    # Nothing inserted, nothing importing, no volume: an eject has nothing to undo.
+    if (
+        current.get("inserted") != "1"
+        and current.get("state") not in PENDING_STATES
+        and not current.get("dv")
+    ):
+        return no_content()
+    task_id = st.new_task(f"EjectMedia {device}", system_id, state="Running")
+    began = st.begin_eject(system_id, device, task_id)
+    if began["released_action"]:
+        _release(system_id, began["released_action"], began["released_task"])
+    if not (began["previous_dv"] or began["was_pending"]):
+        st.update_task(task_id, state="Completed", message="nothing was attached")
+        return no_content()
+    result = dispatch.send(
+        canvas.eject_media(celery(), system_id, device, began["gen"], task_id), system_id
+    )
+    st.update_task(task_id, celery_id=result.id)
+    log.info("fleetfish.api EjectMedia gen=%s task=%s system=%s", began["gen"], task_id, system_id)
+    return accepted(task_id)
+
+
+def _release(system_id: str, action: str, task_id: str) -> None:
+    """The eject ended the media wait of a deferred Reset: it runs now, without media."""
+    result = dispatch.send(canvas.power_reset(celery(), system_id, action, task_id), system_id)
+    store().update_task(task_id, state="Running", message="", celery_id=result.id)
+    log.info(
+        "fleetfish.api deferred Reset %s released by eject system=%s task=%s",
+        action,
+        system_id,
+        task_id,
+    )

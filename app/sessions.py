@@ -1,0 +1,133 @@
+"""Redfish sessions and the failed-login lock-out, kept in Redis so every API process shares them.
+
+Keys (API-owned, next to the layout in ``fleetfish.store``):
+
+``ff:sess:{sha256(token)}``   HASH {id, user, created}; expires after SessionTimeout of inactivity
+``ff:sessid:{id}``            STRING sha256(token); same expiry, lets a session be found by its Id
+``ff:sessions``               ZSET session ids by creation time (stale ids are dropped on listing)
+``ff:authfail:{user}``        STRING failure counter, expires LOCKOUT_WINDOW after the first failure
+``ff:authlock:{user}``        STRING set while the user is locked out, expires after LOCKOUT_SECONDS
+
+Only the token's hash is stored: a Redis dump does not hand out live sessions. The session Id is
+the first 16 hex digits of that hash, which tells nothing about the token itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import time
+
+import redis
+
+PREFIX = "ff:"
+KEY_SESSIONS = f"{PREFIX}sessions"
+LOCKOUT_THRESHOLD = 5
+LOCKOUT_WINDOW = 60
+LOCKOUT_SECONDS = 60
+
+
+def _hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _key_session(token_hash: str) -> str:
+    return f"{PREFIX}sess:{token_hash}"
+
+
+def _key_session_id(session_id: str) -> str:
+    return f"{PREFIX}sessid:{session_id}"
+
+
+class Sessions:
+    """Session tokens with sliding expiry."""
+
+    def __init__(self, client: redis.Redis, timeout: int):
+        self.r = client
+        self.timeout = timeout
+
+    def create(self, user: str) -> tuple[str, dict[str, str]]:
+        token = secrets.token_urlsafe(32)
+        token_hash = _hash(token)
+        session = {"id": token_hash[:16], "user": user, "created": str(time.time())}
+        pipe = self.r.pipeline()
+        pipe.hset(_key_session(token_hash), mapping=session)
+        pipe.expire(_key_session(token_hash), self.timeout)
+        pipe.set(_key_session_id(session["id"]), token_hash, ex=self.timeout)
+        pipe.zadd(KEY_SESSIONS, {session["id"]: time.time()})
+        pipe.execute()
+        return token, session
+
+    def touch(self, token: str) -> dict[str, str] | None:
+        """The session of a token, its inactivity timer restarted; None when unknown or expired."""
+        token_hash = _hash(token)
+        pipe = self.r.pipeline()
+        pipe.hgetall(_key_session(token_hash))
+        pipe.expire(_key_session(token_hash), self.timeout)
+        pipe.expire(_key_session_id(token_hash[:16]), self.timeout)
+        session = pipe.execute()[0]
+        return session or None
+
+    def get(self, session_id: str) -> dict[str, str] | None:
+        token_hash = self.r.get(_key_session_id(session_id))
+        if not token_hash:
+            return None
+        return self.r.hgetall(_key_session(token_hash)) or None
+
+    def delete(self, session_id: str) -> bool:
+        token_hash = self.r.get(_key_session_id(session_id))
+        pipe = self.r.pipeline()
+        if token_hash:
+            pipe.delete(_key_session(token_hash))
+        pipe.delete(_key_session_id(session_id))
+        pipe.zrem(KEY_SESSIONS, session_id)
+        pipe.execute()
+        return bool(token_hash)
+
+    def list(self, limit: int = 1000) -> list[dict[str, str]]:
+        ids = list(self.r.zrange(KEY_SESSIONS, 0, limit - 1))
+        if not ids:
+            return []
+        hashes = self.r.mget([_key_session_id(i) for i in ids])
+        gone = [i for i, h in zip(ids, hashes, strict=True) if not h]
+        live = [h for h in hashes if h]
+        pipe = self.r.pipeline()
+        for token_hash in live:
+            pipe.hgetall(_key_session(token_hash))
+        if gone:
+            pipe.zrem(KEY_SESSIONS, *gone)
+        results = pipe.execute()
+        return [s for s in results[: len(live)] if s]
+
+
+class Lockout:
+    """After LOCKOUT_THRESHOLD failures within LOCKOUT_WINDOW s a user is refused for LOCKOUT_SECONDS."""
+
+    def __init__(self, client: redis.Redis):
+        self.r = client
+
+    def locked(self, user: str) -> bool:
+        return bool(self.r.exists(f"{PREFIX}authlock:{user}"))
+
+    def failed(self, user: str) -> bool:
+        """Count one failure; True when it locked the user out."""
+        key = f"{PREFIX}authfail:{user}"
+        pipe = self.r.pipeline()
+        pipe.incr(key)
+        pipe.expire(key, LOCKOUT_WINDOW, nx=True)
+        count = pipe.execute()[0]
+        if count >= LOCKOUT_THRESHOLD:
+            pipe = self.r.pipeline()
+            pipe.set(f"{PREFIX}authlock:{user}", "1", ex=LOCKOUT_SECONDS)
+            pipe.delete(key)
+            pipe.execute()
+            return True
+        return False
+
+    def locked_many(self, users: list[str]) -> list[bool]:
+        if not users:
+            return []
+        pipe = self.r.pipeline()
+        for user in users:
+            pipe.exists(f"{PREFIX}authlock:{user}")
+        return [bool(x) for x in pipe.execute()]
