@@ -1,0 +1,245 @@
+"""The watcher: keeps the Redis mirror (``ff:sys:*``) equal to the cluster's VMs and VMIs.
+
+Any number may run; the one holding the Redis lease ``ff:lease:watcher`` lists VMs and VMIs,
+writes every mirror document, then follows watches from the list's resourceVersion and writes
+each change as it arrives. A standby takes over within ``LEASE_MS`` of the holder dying. On 410
+it relists; on errors it reconnects with backoff. SIGTERM stops it and frees the lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+
+from fleetfish.mirror import mirror_doc, system_id
+from fleetfish.settings import Settings
+from fleetfish.store import KEY_MIRROR, Store
+from workers.kubevirt import VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
+
+log = logging.getLogger("fleetfish.watcher")
+
+LEASE_KEY = "ff:lease:watcher"
+LEASE_MS = 4000
+RENEW_SECONDS = 1.0
+STANDBY_POLL = 0.5
+WATCH_SECONDS = 30
+MAX_BACKOFF = 10.0
+# Consecutive failed watch reconnects before the whole state is listed again.
+RELIST_AFTER = 5
+
+_RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+_RELEASE = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace", "default"), meta.get("name", "")
+
+
+class Watcher:
+    """One watcher process: the lease loop plus, while holding it, a sync session."""
+
+    def __init__(self, settings: Settings, store: Store, kube: KubeVirt, holder: str = ""):
+        self.settings = settings
+        self.store = store
+        self.kube = kube
+        self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.stop_event = threading.Event()
+        self.holding = False
+        self._renew = store.r.register_script(_RENEW)
+        self._release = store.r.register_script(_RELEASE)
+        self._lock = threading.Lock()
+        self._vms: dict[tuple[str, str], dict] = {}
+        self._vmis: dict[tuple[str, str], dict] = {}
+        self._session_stop = threading.Event()
+        self._relist = threading.Event()
+        self._handles: list = []
+        self._threads: list[threading.Thread] = []
+
+    # -- lease -------------------------------------------------------------------------------
+
+    def try_acquire(self) -> bool:
+        ok = bool(self.store.r.set(LEASE_KEY, self.holder, nx=True, px=LEASE_MS))
+        if ok:
+            self.store.r.hset(KEY_MIRROR, "holder", self.holder)
+            log.info("lease acquired by %s", self.holder)
+        return ok
+
+    def renew(self) -> bool:
+        try:
+            return bool(int(self._renew(keys=[LEASE_KEY], args=[self.holder, LEASE_MS])))
+        except Exception as exc:  # Redis unreachable: assume the lease is lost, resync later
+            log.warning("lease renewal failed: %s", exc)
+            return False
+
+    def release(self) -> None:
+        try:
+            self._release(keys=[LEASE_KEY], args=[self.holder])
+        except Exception as exc:
+            log.warning("lease release failed: %s", exc)
+
+    def run(self) -> None:
+        """Until stopped: stand by, or hold the lease and keep the mirror in sync."""
+        next_renew = 0.0
+        while not self.stop_event.is_set():
+            if not self.holding:
+                try:
+                    self.holding = self.try_acquire()
+                except Exception as exc:
+                    log.warning("cannot reach Redis for the lease: %s", exc)
+                if self.holding:
+                    self._start_session()
+                    next_renew = time.monotonic() + RENEW_SECONDS
+                else:
+                    self.stop_event.wait(STANDBY_POLL)
+                continue
+            if time.monotonic() >= next_renew:
+                if not self.renew():
+                    log.warning("lease lost: standing by")
+                    self.holding = False
+                    self._stop_session()
+                    continue
+                next_renew = time.monotonic() + RENEW_SECONDS
+            if self._relist.is_set():
+                self._stop_session()
+                self._start_session()
+            self.stop_event.wait(0.1)
+        self._stop_session()
+        if self.holding:
+            self.release()
+            self.holding = False
+        log.info("watcher %s stopped", self.holder)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    # -- sync session ------------------------------------------------------------------------
+
+    def _start_session(self) -> None:
+        """List everything, write the whole mirror, then watch from the list's versions."""
+        self._relist.clear()
+        self._session_stop = threading.Event()
+        try:
+            vm_rvs, vmi_rvs = self.relist()
+        except KubeError as exc:
+            log.warning("list failed, retrying: %s", exc)
+            self.stop_event.wait(1.0)
+            self._relist.set()
+            return
+        for plural, versions in ((VM_PLURAL, vm_rvs), (VMI_PLURAL, vmi_rvs)):
+            for ns, rv in versions.items():
+                thread = threading.Thread(
+                    target=self._watch_loop,
+                    args=(plural, ns, rv, self._session_stop),
+                    name=f"watch-{plural}-{ns or 'all'}",
+                    daemon=True,
+                )
+                thread.start()
+                self._threads.append(thread)
+
+    def _stop_session(self) -> None:
+        self._session_stop.set()
+        for handle in list(self._handles):
+            handle.stop()
+        for thread in self._threads:
+            thread.join(timeout=2.0)
+        self._threads = [t for t in self._threads if t.is_alive()]
+
+    def relist(self) -> tuple[dict[str, str], dict[str, str]]:
+        vms, vm_rvs = self.kube.list_vms()
+        vmis, vmi_rvs = self.kube.list_vmis()
+        with self._lock:
+            self._vms = {_key(vm): vm for vm in vms}
+            self._vmis = {_key(vmi): vmi for vmi in vmis}
+            docs = [mirror_doc(vm, self._vmis.get(key)) for key, vm in self._vms.items()]
+            if self.holding:
+                self.store.replace_systems(docs)
+        log.info("listed %d VMs and %d VMIs", len(vms), len(vmis))
+        return vm_rvs, vmi_rvs
+
+    def _watch_loop(self, plural: str, ns: str, rv: str, session: threading.Event) -> None:
+        failures = 0
+        while not session.is_set() and not self.stop_event.is_set():
+            try:
+                for event in self.kube.watch(plural, ns, rv, WATCH_SECONDS, self._handles):
+                    if session.is_set():
+                        return
+                    obj = event["object"]
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                        self.apply(plural, event["type"], obj)
+                    failures = 0
+                failures = 0
+            except Gone:
+                log.info("%s watch expired (410): relisting", plural)
+                self._relist.set()
+                return
+            except (KubeError, Exception) as exc:  # keep the thread alive on any surprise
+                failures += 1
+                if session.is_set():
+                    return
+                log.warning("%s watch failed (%d): %s", plural, failures, exc)
+                if failures >= RELIST_AFTER:
+                    self._relist.set()
+                    return
+                session.wait(min(MAX_BACKOFF, 0.5 * 2**failures))
+
+    def apply(self, plural: str, kind: str, obj: dict) -> None:
+        """One watch event -> the mirror document of the affected VM, written at once."""
+        key = _key(obj)
+        with self._lock:
+            if plural == VM_PLURAL:
+                if kind == "DELETED":
+                    self._vms.pop(key, None)
+                else:
+                    self._vms[key] = obj
+            elif kind == "DELETED":
+                # A late event of a replaced VMI must not hide the new one.
+                current = self._vmis.get(key)
+                if current is None or _uid(current) == _uid(obj):
+                    self._vmis.pop(key, None)
+            else:
+                self._vmis[key] = obj
+            if not self.holding:
+                return
+            vm = self._vms.get(key)
+            if vm is not None:
+                self.store.put_system(mirror_doc(vm, self._vmis.get(key)))
+            elif plural == VM_PLURAL and kind == "DELETED":
+                self.store.delete_system(system_id(*key))
+
+
+def _uid(obj: dict) -> str:
+    return (obj.get("metadata") or {}).get("uid", "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = Settings.from_env()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=settings.log_level, handlers=[handler])
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    store = Store.from_url(settings.redis_url)
+    watcher = Watcher(settings, store, KubeVirt.from_settings(settings))
+
+    def _terminate(signum, _frame):
+        log.info("signal %s: stopping", signum)
+        watcher.stop()
+
+    signal.signal(signal.SIGTERM, _terminate)
+    signal.signal(signal.SIGINT, _terminate)
+    log.info("watcher %s standing by for the lease", watcher.holder)
+    watcher.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
