@@ -1,0 +1,158 @@
+"""The Markdown table, the cost lines and the PASS/FAIL verdicts against the issue's targets."""
+
+from __future__ import annotations
+
+from bench.runs import FLEETFISH, SEQUENTIAL, SUSHY_TOOLS
+from bench.stats import ms, secs
+
+MAKESPAN_SLACK_S = 5.0
+FAST_CALL_S = 0.100
+GAP_S = 2.0
+RSS_LIMIT_MIB = 300.0
+LATENCY_N = 200
+
+
+def _makespan(r: dict) -> str:
+    if r["makespan_seconds"] is not None:
+        return secs(r["makespan_seconds"])
+    if r["media_makespan_seconds"] is not None:
+        return f"never (media ready {secs(r['media_makespan_seconds'])})"
+    if r["media_makespan_projected_seconds"] is not None:
+        return (
+            f"never ({r['media_attached']}/{r['n']} media ready by deadline, "
+            f"~{secs(r['media_makespan_projected_seconds'])} projected)"
+        )
+    return "never"
+
+
+def table(results: list[dict]) -> str:
+    head = (
+        "| mode | N | T | workers | ISO boots | disk boots | errors | makespan | "
+        "InsertMedia p50/p99 | Reset p50/p99 | media->power-on p99 | peak RSS | "
+        "requests | Redis ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    lines = []
+    for r in results:
+        lat = r["latency"]
+        iso = "n/a" if r["mode"] == SUSHY_TOOLS else f"{r['cdrom_boots']}/{r['n']}"
+        lines.append(
+            f"| {r['mode']} | {r['n']} | {r['import_seconds']:g} s | {r['workers']} | {iso} | "
+            f"{r['disk_boots']} | {r['errors']} | {_makespan(r)} | "
+            f"{ms(lat['insert']['p50'])} / {ms(lat['insert']['p99'])} | "
+            f"{ms(lat['reset']['p50'])} / {ms(lat['reset']['p99'])} | "
+            f"{ms(lat['media_to_power_on']['p99'])} | {r['peak_rss']['peak_total_mib']} MiB | "
+            f"{r['requests']['requests']} | {r['redis_ops'] if r['redis_ops'] is not None else 'n/a'} |"
+        )
+    return head + "\n".join(lines) + "\n"
+
+
+def cost_lines(results: list[dict]) -> list[str]:
+    return [
+        f"cost {r['mode']}: N={r['n']} makespan={_makespan(r)} "
+        f"requests={r['requests']['requests']} ({r['requests']['source']}) "
+        f"redis_ops={r['redis_ops'] if r['redis_ops'] is not None else 'n/a'}"
+        for r in results
+    ]
+
+
+def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
+    """(target, PASS/FAIL/NOT MEASURED, detail) for every target of the issue."""
+    out = []
+    ff = [r for r in results if r["mode"] == FLEETFISH]
+    seq = {r["n"]: r for r in results if r["mode"] == SEQUENTIAL}
+    for r in ff:
+        ok = r["cdrom_boots"] == r["n"]
+        out.append(
+            (
+                f"fleetfish N={r['n']}: 100% of nodes boot their ISO",
+                "PASS" if ok else "FAIL",
+                f"{r['cdrom_boots']}/{r['n']}",
+            )
+        )
+    for n, r in sorted(seq.items()):
+        ok = r["cdrom_boots"] == r["n"]
+        out.append(
+            (
+                f"sequential N={n}: 100% of nodes boot their ISO (expected to fail)",
+                "PASS" if ok else "FAIL (expected)",
+                f"{r['cdrom_boots']}/{n}, {r['disk_boots']} booted the empty disk",
+            )
+        )
+    at50 = [r for r in ff if r["n"] == 50 and r["workers"] == 2]
+    if at50:
+        r = at50[0]
+        limit = 1.3 * r["import_seconds"] + MAKESPAN_SLACK_S
+        m = r["makespan_seconds"]
+        detail = f"makespan {secs(m)} vs limit {limit:.1f} s"
+        s = seq.get(50)
+        ref = s and (s["media_makespan_seconds"] or s["media_makespan_projected_seconds"])
+        if m and ref:
+            detail += f"; sequential needs {ref:.0f} s for the media alone: {ref / m:.1f}x"
+        out.append(
+            ("makespan N=50, 2 workers <= 1.3 T + 5 s", _pf(m is not None and m <= limit), detail)
+        )
+    else:
+        out.append(
+            ("makespan N=50, 2 workers <= 1.3 T + 5 s", "NOT MEASURED", "no fleetfish N=50 run")
+        )
+    big = [r for r in ff if r["n"] == LATENCY_N]
+    for name in ("insert", "reset"):
+        label = {"insert": "InsertMedia", "reset": "Reset"}[name]
+        if big:
+            p99 = big[0]["latency"][name]["p99"]
+            out.append(
+                (
+                    f"{label} p99 < 100 ms at N=200",
+                    _pf(p99 is not None and p99 < FAST_CALL_S),
+                    ms(p99),
+                )
+            )
+        else:
+            out.append((f"{label} p99 < 100 ms at N=200", "NOT MEASURED", "no fleetfish N=200 run"))
+    for r in ff:
+        p99 = r["latency"]["media_to_power_on"]["p99"]
+        out.append(
+            (
+                f"media ready -> power-on p99 < 2 s, N={r['n']}",
+                _pf(p99 is not None and 0 <= p99 < GAP_S),
+                ms(p99),
+            )
+        )
+    if big:
+        mib = big[0]["peak_rss"]["peak_total_mib"]
+        out.append(
+            (
+                "peak RSS API+workers+watcher < 300 MB at N=200",
+                _pf(mib < RSS_LIMIT_MIB),
+                f"{mib} MiB",
+            )
+        )
+    else:
+        out.append(
+            (
+                "peak RSS API+workers+watcher < 300 MB at N=200",
+                "NOT MEASURED",
+                "no fleetfish N=200 run",
+            )
+        )
+    return out
+
+
+def _pf(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def markdown(results: list[dict], command: str, figures: list[str]) -> str:
+    parts = ["# Fleet benchmark\n", f"Command: `{command}`\n", table(results), "\n## Targets\n"]
+    parts.append("| target | verdict | measured |\n|---|---|---|\n")
+    parts += [f"| {t} | {v} | {d} |\n" for t, v, d in verdicts(results)]
+    parts.append("\n## Cost per run\n\n```\n" + "\n".join(cost_lines(results)) + "\n```\n")
+    for r in results:
+        if r["mode"] == SUSHY_TOOLS:
+            parts.append(
+                f"\nsushy-tools N={r['n']}: the image server saw {r['image_downloads']} downloads "
+                f"for {r['n']} InsertMedia calls (sushy attempts per call: {r['sushy_attempts']}); "
+                f"errors: {sorted({n['error'] for n in r['nodes'] if n['error']}) or 'none'}\n"
+            )
+    parts.append("\n## Figures\n\n" + "".join(f"![{f}]({f})\n" for f in figures))
+    return "".join(parts)

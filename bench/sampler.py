@@ -1,0 +1,139 @@
+"""Resource accounting of one run: peak RSS of the fleetfish processes, requests, Redis commands."""
+
+from __future__ import annotations
+
+import re
+import threading
+from pathlib import Path
+
+import psutil
+import requests
+
+SAMPLE_SECONDS = 0.5
+REQUEST_LINE = re.compile(rb'"(GET|POST|PATCH|PUT|DELETE|HEAD) /')
+
+
+class RssSampler:
+    """Samples the summed RSS of some PIDs and all their children every ~0.5 s in a thread.
+
+    RSS of forked gunicorn workers counts shared pages in each process, so the sum is an upper
+    bound of the real footprint, which is what a memory limit would see per container anyway.
+    """
+
+    def __init__(self, pids: dict[str, int], interval: float = SAMPLE_SECONDS):
+        self.pids = pids
+        self.interval = interval
+        self.peak_total = 0
+        self.peak_by_name: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _rss_of(self, pid: int) -> int:
+        try:
+            proc = psutil.Process(pid)
+            tree = [proc, *proc.children(recursive=True)]
+        except psutil.Error:
+            return 0
+        total = 0
+        for member in tree:
+            try:
+                total += member.memory_info().rss
+            except psutil.Error:
+                continue
+        return total
+
+    def sample(self) -> int:
+        by_name = {name: self._rss_of(pid) for name, pid in self.pids.items()}
+        total = sum(by_name.values())
+        self.samples += 1
+        if total > self.peak_total:
+            self.peak_total = total
+        for name, rss in by_name.items():
+            self.peak_by_name[name] = max(rss, self.peak_by_name.get(name, 0))
+        return total
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def __enter__(self) -> RssSampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self.sample()
+
+    def as_dict(self) -> dict:
+        mib = 1024 * 1024
+        return {
+            "peak_total_mib": round(self.peak_total / mib, 1),
+            "peak_by_process_mib": {k: round(v / mib, 1) for k, v in self.peak_by_name.items()},
+            "samples": self.samples,
+        }
+
+
+class RequestCounter:
+    """Requests the API handled during a run: gunicorn access-log lines written since ``start``,
+    else the API's /metrics counter (which, without a multiprocess dir, sees one worker only)."""
+
+    def __init__(self, log_path: Path, metrics_url: str):
+        self.log_path = Path(log_path)
+        self.metrics_url = metrics_url
+        self._offset = 0
+        self._metric0: float | None = None
+
+    def _metric(self) -> float | None:
+        if not self.metrics_url:
+            return None
+        try:
+            text = requests.get(self.metrics_url, timeout=5).text
+        except requests.RequestException:
+            return None
+        total = None
+        for line in text.splitlines():
+            if line.startswith("fleetfish_api_requests_total{"):
+                total = (total or 0.0) + float(line.rsplit(" ", 1)[1])
+        return total
+
+    def start(self) -> None:
+        self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._metric0 = self._metric()
+
+    def stop(self) -> dict:
+        lines = 0
+        if self.log_path.exists():
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self._offset)
+                lines = sum(1 for line in handle if REQUEST_LINE.search(line))
+        if lines:
+            return {"requests": lines, "source": "access log"}
+        metric = self._metric()
+        if metric is not None and self._metric0 is not None:
+            return {"requests": int(metric - self._metric0), "source": "/metrics (one worker)"}
+        return {"requests": None, "source": "unavailable"}
+
+
+class RedisOps:
+    """Commands Redis processed during a run (``INFO stats`` delta; includes the bench's own few)."""
+
+    def __init__(self, url: str):
+        import redis
+
+        self.client = redis.Redis.from_url(url)
+        self._start = 0
+
+    def _total(self) -> int:
+        return int(self.client.info("stats")["total_commands_processed"])
+
+    def start(self) -> None:
+        self._start = self._total()
+
+    def stop(self) -> int:
+        try:
+            return self._total() - self._start
+        finally:
+            self.client.close()
