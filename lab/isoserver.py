@@ -1,0 +1,176 @@
+"""A lab HTTP server for ISO images: deterministic content per path, 404 under /missing/."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import hashlib
+import logging
+import random
+import signal
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+log = logging.getLogger(__name__)
+
+BLOCK = 64 * 1024
+MiB = 1024 * 1024
+
+
+@functools.lru_cache(maxsize=256)
+def _seed_block(path: str) -> bytes:
+    return random.Random(hashlib.sha256(path.encode()).digest()).randbytes(BLOCK)
+
+
+def block(path: str, index: int) -> bytes:
+    """Block ``index`` of the image at ``path``: the path's seed block stamped with the index."""
+    data = bytearray(_seed_block(path))
+    data[:8] = index.to_bytes(8, "big")
+    if index == 0:
+        data[0x8001:0x8006] = b"CD001"  # the ISO 9660 volume descriptor magic
+    return bytes(data)
+
+
+def iter_content(path: str, size: int):
+    full, rest = divmod(size, BLOCK)
+    for i in range(full):
+        yield block(path, i)
+    if rest:
+        yield block(path, full)[:rest]
+
+
+def content_sha256(path: str, size: int) -> str:
+    """The sha256 hex digest the server's content for ``path`` has (for DataVolume checksums)."""
+    digest = hashlib.sha256()
+    for chunk in iter_content(path, size):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "lab-isoserver"
+    sys_version = ""
+    server: IsoHTTPServer
+
+    def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _answer(self, send_body: bool) -> None:
+        path = urlsplit(self.path).path
+        self.server.count(self.command, path)
+        if path.startswith("/missing/") or not path.endswith(".iso"):
+            body = b"404 page not found\n"
+            self.send_response(404)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if send_body:
+                self.wfile.write(body)
+            return
+        size = self.server.size
+        self.send_response(200)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(size))
+        self.send_header("Accept-Ranges", "none")
+        self.end_headers()
+        if not send_body:
+            return
+        try:
+            for chunk in iter_content(path, size):
+                self.wfile.write(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def do_GET(self):
+        self._answer(True)
+
+    def do_HEAD(self):
+        self._answer(False)
+
+
+class IsoHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 512
+
+    def __init__(self, address, size: int):
+        self.size = size
+        self.hits: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def count(self, method: str, path: str) -> None:
+        with self._lock:
+            self.hits[(method, path)] = self.hits.get((method, path), 0) + 1
+
+
+class IsoServer:
+    """``IsoServer(size_mib=4).start()`` serves on ``.url``; ``.image_url(name)`` builds a URL."""
+
+    def __init__(self, port: int = 0, bind: str = "127.0.0.1", size_mib: float = 4):
+        self.bind = bind
+        self.port = port
+        self.size = int(size_mib * MiB)
+        self._server: IsoHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.bind}:{self.port}"
+
+    def image_url(self, name: str) -> str:
+        return f"{self.url}/{name.lstrip('/')}"
+
+    def sha256(self, path: str) -> str:
+        return content_sha256("/" + path.lstrip("/"), self.size)
+
+    def hits(self, path: str, method: str = "GET") -> int:
+        return self._server.hits.get((method, "/" + path.lstrip("/")), 0) if self._server else 0
+
+    def start(self) -> IsoServer:
+        self._server = IsoHTTPServer((self.bind, self.port), self.size)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="isoserver",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> IsoServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m lab.isoserver", description=__doc__)
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--size-mib", type=float, default=4)
+    args = p.parse_args(argv)
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    server = IsoServer(args.port, args.bind, args.size_mib).start()
+    print(f"isoserver ready: {server.url}", flush=True)
+    while not done.wait(1.0):
+        pass
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
