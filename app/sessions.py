@@ -113,9 +113,10 @@ class Lockout:
         """Count one failure; True when it locked the user out."""
         key = f"{PREFIX}authfail:{user}"
         pipe = self.r.pipeline()
+        # SET NX EX starts the window on the first failure (EXPIRE NX needs Redis 7).
+        pipe.set(key, 0, ex=LOCKOUT_WINDOW, nx=True)
         pipe.incr(key)
-        pipe.expire(key, LOCKOUT_WINDOW, nx=True)
-        count = pipe.execute()[0]
+        count = pipe.execute()[1]
         if count >= LOCKOUT_THRESHOLD:
             pipe = self.r.pipeline()
             pipe.set(f"{PREFIX}authlock:{user}", "1", ex=LOCKOUT_SECONDS)
