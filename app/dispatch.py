@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
+from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
 from celery.result import AsyncResult
 
@@ -29,10 +30,31 @@ _CLIENT_OVERRIDES = {
 }
 
 
+class _NoResultConsumer(RedisBackend.ResultConsumer):
+    def consume_from(self, task_id):
+        return None
+
+    def cancel_for(self, task_id):
+        return None
+
+
+class SendOnlyRedisBackend(RedisBackend):
+    """The Redis result backend minus result subscriptions.
+
+    The stock backend subscribes to the result channel of every task it sends (and of a chord's
+    header), expecting the sender to wait; the API never waits, so that would only pile up
+    pub/sub subscriptions. Chords still need the backend for their counters, which stay.
+    """
+
+    ResultConsumer = _NoResultConsumer
+
+
 def make_celery(settings: Settings) -> Celery:
     app = Celery("fleetfish-api", set_as_current=False)
     app.conf.update(celery_config(settings))
     app.conf.update(_CLIENT_OVERRIDES)
+    if settings.redis_url.startswith(("redis://", "rediss://", "unix://")):
+        app.conf.result_backend = f"app.dispatch:SendOnlyRedisBackend+{settings.redis_url}"
     return app
 
 

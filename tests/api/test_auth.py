@@ -45,7 +45,11 @@ def test_session_create_use_list_delete(client, systems):
 
 def test_session_token_is_not_stored_in_clear(client, store):
     token = login(client).headers["X-Auth-Token"]
-    readers = {"hash": store.r.hgetall, "string": store.r.get, "zset": lambda k: store.r.zrange(k, 0, -1)}
+    readers = {
+        "hash": store.r.hgetall,
+        "string": store.r.get,
+        "zset": lambda k: store.r.zrange(k, 0, -1),
+    }
     keys = list(store.r.scan_iter("ff:sess*"))
     assert keys
     for key in keys:
