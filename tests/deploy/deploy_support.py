@@ -17,14 +17,20 @@ OVERLAYS = ("lab", "production")
 KUBE_VERSION = "1.30.0"
 # Environment the Python processes read besides FLEETFISH_*: REDIS_URL, KUBECONFIG (settings.py).
 SETTINGS_FILE = ROOT / "fleetfish" / "settings.py"
+# gunicorn's config file reads a few of its own (process and thread counts, access log).
+GUNICORN_CONF = ROOT / "app" / "gunicorn_conf.py"
 
 
 def settings_env_names() -> set[str]:
-    """Every environment variable name fleetfish/settings.py reads (``e.get("NAME"...)``)."""
+    """Every environment variable fleetfish/settings.py (``e.get("NAME"...)``) and
+    app/gunicorn_conf.py (``os.environ.get("NAME"...)``) read."""
     names = set(
         re.findall(r"""\be\.get\(\s*["']([A-Z][A-Z0-9_]*)["']""", SETTINGS_FILE.read_text())
     )
     assert names, "no environment names found in settings.py: the parser is out of date"
+    if GUNICORN_CONF.exists():
+        pattern = r"""os\.environ(?:\.get\(|\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
+        names |= set(re.findall(pattern, GUNICORN_CONF.read_text()))
     return names
 
 
