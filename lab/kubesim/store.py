@@ -43,6 +43,7 @@ class ObjectStore:
         self._floor = 0
         self.drop_epoch = 0  # bumped by /lab/watches/drop: open watches end
         self.stopping = False
+        self.open_watches = 0
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -193,7 +194,9 @@ class ObjectStore:
             self.drop_epoch += 1
             self.cond.notify_all()
 
-    def stop(self) -> None:
+    def stop(self, wait: float = 2.0) -> None:
+        """End every watch (each writes its last chunk), waiting up to ``wait`` seconds for them."""
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
+            self.cond.wait_for(lambda: self.open_watches == 0, timeout=wait)

@@ -52,6 +52,16 @@ class WatchStream:
 
     def serve(self) -> str:
         """Stream until timeout, drop, shutdown or client exit. Returns why it ended."""
+        with self.store.cond:
+            self.store.open_watches += 1
+        try:
+            return self._serve()
+        finally:
+            with self.store.cond:
+                self.store.open_watches -= 1
+                self.store.cond.notify_all()
+
+    def _serve(self) -> str:
         epoch = self.store.drop_epoch
         h = self.handler
         h.start_chunked()
@@ -93,6 +103,7 @@ class WatchStream:
                 continue
             if ending:
                 if self.store.stopping:
+                    h.end_chunked()  # a clean end: clients see a finished watch, not a broken one
                     h.close_connection = True
                     return "shutdown"
                 return h.drop_watch()
