@@ -40,7 +40,7 @@ def table(results: list[dict]) -> str:
             f"{r['disk_boots']} | {r['errors']} | {_makespan(r)} | "
             f"{ms(lat['insert']['p50'])} / {ms(lat['insert']['p99'])} | "
             f"{ms(lat['reset']['p50'])} / {ms(lat['reset']['p99'])} | "
-            f"{ms(lat['media_to_power_on']['p99'])} | {r['peak_rss']['peak_total_mib']} MiB | "
+            f"{ms(lat['media_to_power_on']['p99'])} | {r['peak_rss']['peak_total_mib']} / {r['peak_rss'].get('peak_pss_total_mib', 'n/a')} MiB | "
             f"{r['requests']['requests']} | {r['redis_ops'] if r['redis_ops'] is not None else 'n/a'} |"
         )
     return head + "\n".join(lines) + "\n"

@@ -16,39 +16,44 @@ REQUEST_LINE = re.compile(rb'"(GET|POST|PATCH|PUT|DELETE|HEAD) /')
 class RssSampler:
     """Samples the summed RSS of some PIDs and all their children every ~0.5 s in a thread.
 
-    RSS of forked gunicorn workers counts shared pages in each process, so the sum is an upper
-    bound of the real footprint, which is what a memory limit would see per container anyway.
+    RSS of forked gunicorn workers counts shared pages in each process, so the RSS sum is an
+    upper bound; PSS (shared pages split between their users) is sampled too, as the fair total.
     """
 
     def __init__(self, pids: dict[str, int], interval: float = SAMPLE_SECONDS):
         self.pids = pids
         self.interval = interval
         self.peak_total = 0
+        self.peak_pss_total = 0
         self.peak_by_name: dict[str, int] = {}
         self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _rss_of(self, pid: int) -> int:
+    def _memory_of(self, pid: int) -> tuple[int, int]:
+        """(RSS, PSS) of a process and all its children; PSS is 0 where the OS lacks it."""
         try:
             proc = psutil.Process(pid)
             tree = [proc, *proc.children(recursive=True)]
         except psutil.Error:
-            return 0
-        total = 0
+            return 0, 0
+        rss = pss = 0
         for member in tree:
             try:
-                total += member.memory_info().rss
+                info = member.memory_full_info()
             except psutil.Error:
                 continue
-        return total
+            rss += info.rss
+            pss += getattr(info, "pss", 0)
+        return rss, pss
 
     def sample(self) -> int:
-        by_name = {name: self._rss_of(pid) for name, pid in self.pids.items()}
+        memory = {name: self._memory_of(pid) for name, pid in self.pids.items()}
+        by_name = {name: rss for name, (rss, _) in memory.items()}
         total = sum(by_name.values())
         self.samples += 1
-        if total > self.peak_total:
-            self.peak_total = total
+        self.peak_total = max(self.peak_total, total)
+        self.peak_pss_total = max(self.peak_pss_total, sum(p for _, p in memory.values()))
         for name, rss in by_name.items():
             self.peak_by_name[name] = max(rss, self.peak_by_name.get(name, 0))
         return total
@@ -71,6 +76,7 @@ class RssSampler:
         mib = 1024 * 1024
         return {
             "peak_total_mib": round(self.peak_total / mib, 1),
+            "peak_pss_total_mib": round(self.peak_pss_total / mib, 1),
             "peak_by_process_mib": {k: round(v / mib, 1) for k, v in self.peak_by_name.items()},
             "samples": self.samples,
         }

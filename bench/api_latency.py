@@ -1,0 +1,203 @@
+"""``python -m bench.api_latency``: GET /redfish/v1/Systems/{id} throughput and p50/p99 with many
+concurrent clients, fleetfish and the sushy-tools fake-driver emulator side by side, Basic auth on
+both (same bcrypt digest), once with ``Connection: close`` (as sushy/Ironic sends) and once with
+keep-alive."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from bench.runs import lab_vm_names
+from bench.stats import ms, percentile
+from bench.sushytools import SushyEmulator
+from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
+
+log = logging.getLogger("fleetfish.bench.api_latency")
+
+REPO = Path(__file__).resolve().parent.parent
+SYSTEMS = 10
+MAX_REQUESTS_PER_CLIENT = 1_000_000  # a bound; the clock ends each run long before
+THROUGHPUT_FACTOR = 10.0
+P99_LIMIT_S = 0.050
+
+
+def _client(urls, auth, keep_alive, end, out, errors) -> None:
+    session = requests.Session() if keep_alive else None
+    headers = (
+        {"OData-Version": "4.0"} if keep_alive else {"OData-Version": "4.0", "Connection": "close"}
+    )
+    for i in range(MAX_REQUESTS_PER_CLIENT):
+        if time.monotonic() >= end:
+            break
+        url = urls[i % len(urls)]
+        t0 = time.perf_counter()
+        try:
+            if session:
+                reply = session.get(url, auth=auth, headers=headers, timeout=30)
+            else:
+                reply = requests.get(url, auth=auth, headers=headers, timeout=30)
+            ok = reply.status_code == 200
+        except requests.RequestException:
+            ok = False
+        if ok:
+            out.append(time.perf_counter() - t0)
+        else:
+            errors.append(1)
+    if session:
+        session.close()
+
+
+def _process(args) -> tuple[list[float], int]:
+    """One client process: ``threads`` clients until ``seconds`` pass; returns latencies, errors."""
+    urls, auth, keep_alive, threads, start_at, seconds = args
+    time.sleep(max(0.0, start_at - time.time()))
+    end = time.monotonic() + seconds
+    latencies: list[float] = []
+    errors: list[int] = []
+    pool = [
+        threading.Thread(target=_client, args=(urls, auth, keep_alive, end, latencies, errors))
+        for _ in range(threads)
+    ]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join(seconds + 60)
+    return latencies, len(errors)
+
+
+def measure(urls, auth, keep_alive: bool, clients: int, seconds: float, procs: int) -> dict:
+    procs = max(1, min(procs, clients))
+    shares = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
+    start_at = time.time() + 1.0  # every process starts together
+    with multiprocessing.get_context("spawn").Pool(procs) as pool:
+        parts = pool.map(_process, [(urls, auth, keep_alive, n, start_at, seconds) for n in shares])
+    latencies = [x for part, _ in parts for x in part]
+    errors = sum(e for _, e in parts)
+    return {
+        "connection": "keep-alive" if keep_alive else "close",
+        "requests_ok": len(latencies),
+        "errors": errors,
+        "throughput_rps": round(len(latencies) / seconds, 1),
+        "p50": percentile(latencies, 50),
+        "p99": percentile(latencies, 99),
+    }
+
+
+def _warm(url: str, auth) -> None:
+    reply = requests.get(url, auth=auth, timeout=30)
+    reply.raise_for_status()
+
+
+def run(clients: int, seconds: float, procs: int, work_dir: Path) -> list[dict]:
+    results = []
+    config = LabConfig.for_tests(work_dir / "fleetfish", vms=SYSTEMS, workers=1, flower=False)
+    with LabStack(config) as stack:
+        auth = stack.credentials
+        digest = json.loads((config.var_dir / "users.json").read_text())["users"][0][
+            "password_hash"
+        ]
+        urls = [
+            f"{stack.redfish_url}/redfish/v1/Systems/{LAB_NAMESPACE}.{n}"
+            for n in lab_vm_names(SYSTEMS)
+        ]
+        _warm(urls[0], auth)
+        for keep_alive in (False, True):
+            r = measure(urls, auth, keep_alive, clients, seconds, procs)
+            results.append({"service": "fleetfish", **r})
+            log.info("fleetfish %s: %s", r["connection"], r)
+    with SushyEmulator(work_dir / "sushy-tools", SYSTEMS, auth[0], digest) as emu:
+        urls = [f"{emu.url}/redfish/v1/Systems/{sid}" for sid in emu.system_ids]
+        _warm(urls[0], auth)
+        for keep_alive in (False, True):
+            r = measure(urls, auth, keep_alive, clients, seconds, procs)
+            results.append({"service": "sushy-tools", **r})
+            log.info("sushy-tools %s: %s", r["connection"], r)
+    return results
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| service | connection | requests | errors | throughput | p50 | p99 |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['service']} | {r['connection']} | {r['requests_ok']} | {r['errors']} | "
+            f"{r['throughput_rps']} req/s | {ms(r['p50'])} | {ms(r['p99'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
+    out = []
+    by = {(r["service"], r["connection"]): r for r in results}
+    for conn in ("close", "keep-alive"):
+        ff, st = by.get(("fleetfish", conn)), by.get(("sushy-tools", conn))
+        if not ff or not st:
+            continue
+        ratio = ff["throughput_rps"] / st["throughput_rps"] if st["throughput_rps"] else None
+        out.append(
+            (
+                f"throughput >= 10x sushy-tools ({conn})",
+                "PASS" if ratio is not None and ratio >= THROUGHPUT_FACTOR else "FAIL",
+                "n/a" if ratio is None else f"{ratio:.1f}x",
+            )
+        )
+        out.append(
+            (
+                f"fleetfish p99 < 50 ms ({conn})",
+                "PASS" if ff["p99"] is not None and ff["p99"] < P99_LIMIT_S else "FAIL",
+                ms(ff["p99"]),
+            )
+        )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    p = argparse.ArgumentParser(prog="python -m bench.api_latency", description=__doc__)
+    p.add_argument("--clients", type=int, default=50)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--procs", type=int, default=2, help="client processes sharing the clients")
+    p.add_argument("--out", type=Path, default=REPO / "var" / "bench" / "api-latency")
+    p.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench" / "api")
+    args = p.parse_args(argv)
+    work = args.work_dir / time.strftime("%Y%m%d-%H%M%S")
+    results = run(args.clients, args.seconds, args.procs, work)
+    found = verdicts(results)
+    command = "python -m bench.api_latency " + " ".join(sys.argv[1:] if argv is None else argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "api_latency.json").write_text(
+        json.dumps(
+            {
+                "command": command,
+                "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "clients": args.clients,
+                "seconds": args.seconds,
+                "client_processes": args.procs,
+                "results": results,
+                "verdicts": [{"target": t, "verdict": v, "measured": d} for t, v, d in found],
+            },
+            indent=2,
+        )
+    )
+    md = [f"# Redfish GET latency\n\nCommand: `{command}`\n\n", table(results), "\n"]
+    md += [f"- {v}: {t}: {d}\n" for t, v, d in found]
+    (args.out / "api_latency.md").write_text("".join(md))
+    print(table(results))
+    for t, v, d in found:
+        print(f"{v:<6} {t}: {d}")
+    return 1 if any(v == "FAIL" for _, v, _ in found) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
