@@ -104,6 +104,11 @@ class ResourceApi:
         return created
 
     def replace(self, kind: Kind, ns: str, name: str, body: dict, status: bool = False) -> dict:
+        # read, check and write under the store lock: controllers write status concurrently
+        with self.store.cond:
+            return self._replace(kind, ns, name, body, status)
+
+    def _replace(self, kind: Kind, ns: str, name: str, body: dict, status: bool) -> dict:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was in an unknown format")
         obj = copy.deepcopy(body)
@@ -142,6 +147,19 @@ class ResourceApi:
         content_type: str,
         query: dict,
         status: bool = False,
+    ) -> dict:
+        with self.store.cond:
+            return self._patch(kind, ns, name, raw, content_type, query, status)
+
+    def _patch(
+        self,
+        kind: Kind,
+        ns: str,
+        name: str,
+        raw: bytes,
+        content_type: str,
+        query: dict,
+        status: bool,
     ) -> dict:
         ctype = (content_type or "").split(";")[0].strip().lower()
         if ctype == STRATEGIC and not kind.custom:

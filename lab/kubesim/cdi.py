@@ -306,7 +306,10 @@ class _Import:
             (self.dv["metadata"].get("annotations") or {}).get(IMMEDIATE) == "true"
         )
         waiting = False
+        deadline = time.monotonic() + 7 * 86400  # a week: a lab never waits that long
         while not immediate and not self._has_consumer():
+            if time.monotonic() > deadline:
+                return False
             if not waiting:
                 self._update(
                     phase="WaitForFirstConsumer", conditions=_conditions(False, False, False)

@@ -52,7 +52,6 @@ class Simulator:
         self.api = ResourceApi(self.store)
         self.api.on_created.append(self.cdi.on_created)
         self.api.on_deleted.append(self.cdi.on_deleted)
-        self.api.on_deleted.append(self._cascade_delete)
         self.subresources = Subresources(self.store, self.controller)
         self._server: LabHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -92,11 +91,6 @@ class Simulator:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    def _cascade_delete(self, kind, obj) -> None:
-        """Deleting a VM stops its VMI (the controller garbage-collects orphans)."""
-        if kind is VM:
-            self.controller.tick()
 
     # -- /lab --------------------------------------------------------------------------------
 

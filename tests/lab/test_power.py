@@ -143,3 +143,10 @@ def test_reset_is_refused_before_running(k8s):
     if vmi["status"]["phase"] != "Running":
         code, body = k8s.sub_status(VMIS, name, "reset")
         assert code == 400 and "non-running VMI" in body["message"]
+
+
+def test_deleting_a_running_vm_removes_its_vmi(k8s):
+    name = "ostest-worker-0"
+    k8s.start_and_wait(name)
+    k8s.custom.delete_namespaced_custom_object("kubevirt.io", "v1", "fleetfish-lab", VMS, name)
+    wait_until(lambda: k8s.vmi(name) is None, what="the orphan VMI to go")
