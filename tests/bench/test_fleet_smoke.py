@@ -1,0 +1,52 @@
+"""The fleet benchmark runs end to end at N=2 with a short import and writes all its outputs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import fleet
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def test_fleet_benchmark_writes_json_markdown_and_figures(tmp_path):
+    out = tmp_path / "out"
+    fleet.main(
+        [
+            "--sizes",
+            "2",
+            "--import-seconds",
+            "3",
+            "--modes",
+            "fleetfish,sushy-tools",
+            "--max-wait",
+            "40",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ]
+    )
+
+    document = json.loads((out / "results.json").read_text())
+    runs = {r["mode"]: r for r in document["results"]}
+    assert set(runs) == {"fleetfish", "sushy-tools"}
+    for run in runs.values():
+        assert run["n"] == 2 and len(run["nodes"]) == 2
+        for node in run["nodes"]:
+            # Every Ironic call of every node was made and timed.
+            assert node["insert_requested"] is not None and node["insert_answered"] is not None
+            assert node["reset_requested"] is not None and node["reset_answered"] is not None
+    # sushy-tools downloads the image inside InsertMedia: its insert takes the 3 s of the server.
+    assert runs["sushy-tools"]["latency"]["insert"]["p50"] >= 2.5
+    assert runs["fleetfish"]["peak_rss"]["peak_total_mib"] > 0
+    assert runs["fleetfish"]["requests"]["requests"] > 0
+    assert runs["fleetfish"]["redis_ops"] > 0
+    assert document["verdicts"], "targets were evaluated"
+
+    markdown = (out / "results.md").read_text()
+    assert "| fleetfish | 2 |" in markdown and "| sushy-tools | 2 |" in markdown
+    for png in ("timeline-fleetfish-n2.png", "timeline-sushy-tools-n2.png", "makespan.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
