@@ -1,0 +1,175 @@
+"""Runs the DMTF Redfish validators against a lab and reduces their reports to counts.
+
+`python -m tests.conformance.dmtf protocol OUTDIR` is what the protocol test runs inside a
+loopback-only network namespace (the validator sends SSDP multicast and may post an event
+subscription to a foreign address, so it must see nothing but the service).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.stack import LabConfig, LabStack
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "redfish"
+BIN = Path(sys.executable).parent
+PROFILE = SHARED / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
+
+
+def start_lab(out: Path) -> LabStack:
+    config = LabConfig.for_tests(out / "lab", vms=2, import_seconds=2, workers=1, flower=False)
+    return LabStack(config).start(timeout=90)
+
+
+def _table_counts(text: str) -> dict[str, int]:
+    """The PASS/WARN/FAIL/NOT TESTED box the interop and service validators print last."""
+    boxes = re.findall(
+        r"\|\s*PASS\s*\|\s*WARN\s*\|\s*FAIL\s*\|\s*NOT TESTED\s*\|\s*\n[+\-\s]*\n"
+        r"\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|\s*(\d+)\s*\|",
+        text,
+    )
+    if not boxes:
+        return {}
+    passed, warned, failed, untested = (int(x) for x in boxes[-1])
+    return {"pass": passed, "warn": warned, "fail": failed, "not_tested": untested}
+
+
+def _failures(log_dir: Path) -> list[str]:
+    """The validators' debug logs name each failing property on a `FAIL - ` line."""
+    found: set[str] = set()
+    for log in log_dir.rglob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if " - FAIL - " in line or "ERROR - FAIL" in line:
+                found.add(line.split(" - ", 3)[-1].strip())
+    return sorted(found)[:40]
+
+
+def run_interop(stack: LabStack, out: Path) -> dict:
+    user, password = stack.credentials
+    proc = subprocess.run(
+        [
+            str(BIN / "rf_interop_validator"),
+            "-r",
+            stack.redfish_url,
+            "-u",
+            user,
+            "-p",
+            password,
+            "--authtype",
+            "Basic",
+            "--logdir",
+            str(out / "interop"),
+            str(PROFILE),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out,
+    )
+    result = _table_counts(proc.stdout)
+    result.update(returncode=proc.returncode, failures=_failures(out / "interop"))
+    return result
+
+
+def run_service(stack: LabStack, out: Path) -> dict:
+    user, password = stack.credentials
+    proc = subprocess.run(
+        [
+            str(BIN / "rf_service_validator"),
+            "-r",
+            stack.redfish_url,
+            "-u",
+            user,
+            "-p",
+            password,
+            "--authtype",
+            "Basic",
+            "--skipschema",
+            "--schema_directory",
+            str(SHARED / "csdl"),
+            "--logdir",
+            str(out / "service"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=out,
+    )
+    result = _table_counts(proc.stdout)
+    result.update(returncode=proc.returncode, failures=_failures(out / "service"))
+    return result
+
+
+def run_protocol(stack: LabStack, out: Path) -> dict:
+    """The protocol validator writes a TSV report: one row per assertion with its result."""
+    user, password = stack.credentials
+    report_dir = out / "protocol"
+    report_dir.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run(
+        [
+            str(BIN / "rf_protocol_validator"),
+            "-r",
+            stack.redfish_url,
+            "-u",
+            user,
+            "-p",
+            password,
+            "--report-dir",
+            str(report_dir),
+            "--report-type",
+            "tsv",
+            "--avoid-http-redirect",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=out,
+    )
+    counts = {"pass": 0, "warn": 0, "fail": 0, "not_tested": 0}
+    rows: list[dict] = []
+    for tsv in report_dir.glob("*.tsv"):
+        lines = tsv.read_text(errors="replace").splitlines()
+        header = [h.strip().lower() for h in lines[0].split("\t")] if lines else []
+        for line in lines[1:]:
+            row = dict(zip(header, line.split("\t"), strict=False))
+            kind = row.get("result", "").strip().upper().replace(" ", "_")
+            key = {"PASS": "pass", "WARN": "warn", "FAIL": "fail"}.get(kind, "not_tested")
+            counts[key] += 1
+            if key in ("fail", "not_tested", "warn"):
+                rows.append(row)
+    counts.update(returncode=proc.returncode, stdout=proc.stdout[-2000:], rows=rows)
+    return counts
+
+
+def main(argv: list[str]) -> int:
+    kind, out = argv[0], Path(argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    if kind == "protocol":
+        # Inside `unshare -n`, loopback starts down.
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+    runner = {"interop": run_interop, "service": run_service, "protocol": run_protocol}[kind]
+    stack = start_lab(out)
+    try:
+        result = runner(stack, out)
+    finally:
+        stack.stop()
+    (out / f"{kind}.json").write_text(json.dumps(result, indent=2))
+    print(
+        json.dumps(
+            {
+                k: v
+                for k, v in result.items()
+                if k in ("pass", "warn", "fail", "not_tested", "returncode")
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
