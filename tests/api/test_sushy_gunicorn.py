@@ -1,0 +1,120 @@
+"""Ironic's call sequence, driven with sushy against a real gunicorn (no worker tier: Reset stays deferred)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import requests
+import sushy
+from api_helpers import LAB_LABELS, PASSWORDS, SYS, SYS_URI, Queues, make_vm
+from sushy.auth import SessionOrBasicAuth
+
+from fleetfish.mirror import mirror_doc
+from lab.ports import free_port, wait_for_port
+
+REPO = Path(__file__).resolve().parents[2]
+OLD_ISO = "http://192.0.2.10:8080/redfish/boot-old.iso"
+NEW_ISO = "http://192.0.2.10:8080/redfish/boot-new.iso"
+
+
+@pytest.fixture
+def gunicorn(redis_url, users_file, store, tmp_path):
+    store.put_system(mirror_doc(make_vm("lab-a", "ostest-master-0", labels=LAB_LABELS), None))
+    port = free_port()
+    env = {
+        **os.environ,
+        "REDIS_URL": redis_url,
+        "FLEETFISH_BIND": "127.0.0.1",
+        "FLEETFISH_PORT": str(port),
+        "FLEETFISH_USERS_FILE": users_file,
+        "FLEETFISH_API_WORKERS": "1",
+        "FLEETFISH_API_THREADS": "4",
+        "PYTHONPATH": str(REPO),
+    }
+    log = open(tmp_path / "gunicorn.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", str(REPO / "app" / "gunicorn_conf.py")],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        if not wait_for_port("127.0.0.1", port, timeout=30):
+            raise RuntimeError((tmp_path / "gunicorn.log").read_text())
+        yield f"http://127.0.0.1:{port}", tmp_path / "gunicorn.log"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+        log.close()
+
+
+def test_ironic_sequence_with_sushy(gunicorn, redis_url, store):
+    url, log_path = gunicorn
+    queues = Queues(redis_url)
+    # Ironic's first call: the root, without credentials.
+    assert (
+        requests.get(f"{url}/redfish/v1/", headers={"Connection": "close"}, timeout=10).status_code
+        == 200
+    )
+
+    auth = SessionOrBasicAuth(username="admin", password=PASSWORDS["admin"])
+    conn = sushy.Sushy(f"{url}/redfish/v1", auth=auth)
+    assert list(store.r.scan_iter("ff:sess:*")), "sushy should have opened a session"
+
+    try:
+        system = conn.get_system(SYS_URI)
+        assert system.identity == SYS
+        assert [m.identity for m in system.managers] == [SYS]
+        assert system.power_state == sushy.POWER_STATE_OFF
+
+        # A previous deploy left media in the slot.
+        cd = system.virtual_media.get_members()[0]
+        cd.insert_media(OLD_ISO)
+        cd.refresh()
+        assert cd.inserted is True
+
+        # Eject every inserted CD/DVD (sushy sends no body), then insert the new image.
+        for member in system.virtual_media.get_members():
+            assert {"CD", "DVD"} & {str(t.value) for t in member.media_types}
+            if member.inserted:
+                member.eject_media()
+        cd.refresh()
+        assert cd.inserted is False
+        cd.insert_media(NEW_ISO)
+        cd.refresh()
+        assert cd.inserted is True and cd.image == NEW_ISO
+
+        # The manager exposes the same slot.
+        manager_cd = system.managers[0].virtual_media.get_members()[0]
+        assert manager_cd.image == NEW_ISO
+
+        system.set_system_boot_options(mode=sushy.BOOT_SOURCE_MODE_UEFI)
+        system.set_system_boot_options(
+            target=sushy.BOOT_SOURCE_TARGET_CD, enabled=sushy.BOOT_SOURCE_ENABLED_ONCE
+        )
+        system.refresh()
+        assert system.boot.target == sushy.BOOT_SOURCE_TARGET_CD
+        assert system.boot.enabled == sushy.BOOT_SOURCE_ENABLED_ONCE
+        assert system.boot.mode == sushy.BOOT_SOURCE_MODE_UEFI
+
+        system.reset_system(sushy.RESET_ON)
+        system.refresh()
+        assert system.power_state == sushy.POWER_STATE_POWERING_ON
+        # No worker ran the media work, so the power-on is still waiting for it.
+        assert "power.reset" not in queues.names("fleetfish.power")
+        assert queues.names("fleetfish.power") == ["boot.apply", "boot.apply"]
+        assert queues.names("fleetfish.media") == ["media.import", "media.eject", "media.import"]
+    finally:
+        # Log out while the server is still up (sushy would retry the DELETE for 30 s on GC).
+        auth.close()
+    assert not list(store.r.scan_iter("ff:sess:*"))
+    assert "fleetfish.api access" in log_path.read_text()
