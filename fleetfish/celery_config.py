@@ -35,7 +35,14 @@ def celery_config(settings: Settings) -> dict:
         "worker_prefetch_multiplier": 1,
         # Every task is short (one API round trip or one poll), far below the visibility timeout,
         # and so are retry countdowns; a task of a SIGKILLed worker comes back after it.
-        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        # kombu sweeps the unacked set only every interval x throttle seconds (100 s by
+        # default): sweep a few times per visibility timeout so a killed worker's task returns
+        # soon after it expires.
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout,
+            "unacked_restore_interval": max(1, settings.visibility_timeout // 5),
+            "unacked_restore_throttle": 1,
+        },
         "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
         "broker_connection_retry_on_startup": True,
         "worker_send_task_events": True,

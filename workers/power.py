@@ -51,16 +51,17 @@ def _remember(store: Store, task_id: str, field: str, value: str) -> str:
     if not task_id:
         return value
     key = key_task(task_id)
+    if not store.r.exists(key):
+        return value  # no Redfish task to record into (expired): act, nothing to compare
     pipe = store.r.pipeline()
     pipe.hsetnx(key, field, value)
     pipe.hget(key, field)
-    pipe.expire(key, store.task_ttl, nx=True)
-    _, recorded, _ = pipe.execute()
+    _, recorded = pipe.execute()
     return recorded if recorded is not None else value
 
 
 def _mark_done(store: Store, task_id: str) -> None:
-    if task_id:
+    if task_id and store.r.exists(key_task(task_id)):
         store.r.hset(key_task(task_id), "acted", "1")
 
 
@@ -121,7 +122,9 @@ def run_power(
 
     def power_on() -> str:
         override = apply_boot_override(kv, store, settings, system_id)
-        started = _tolerate(lambda: kv.start_vm(ns, name), "already running", "strategy")
+        started = _tolerate(
+            lambda: kv.start_vm(ns, name), "already running", "does not support manual start"
+        )
         if override.get("enabled") == "Once" and schedule_revert:
             schedule_revert(system_id, before if before != "-" else "")
         return "Powered on" if started else "Already on"
