@@ -101,13 +101,7 @@ def test_pause_unpause_and_reset(k8s, sim):
         404,
         f'virtualmachineinstance.kubevirt.io "{name}" not found',
     )
-    k8s.sub(VMS, name, "start")
-    wait_until(
-        lambda: (v := k8s.vmi(name)) and v["status"]["phase"] == "Scheduled", what="Scheduled"
-    )
-    code, body = k8s.sub_status(VMIS, name, "reset")
-    assert code in (400, 200)  # 400 while not yet Running
-    wait_until(lambda: k8s.printable(name) == "Running", what="Running")
+    k8s.start_and_wait(name)
 
     assert k8s.sub_status(VMIS, name, "pause") == (200, {})
     vm = k8s.vm(name)
@@ -135,14 +129,29 @@ def test_pause_unpause_and_reset(k8s, sim):
     assert k8s.sub_status(VMIS, name, "softreboot")[0] == 200
 
 
-def test_reset_is_refused_before_running(k8s):
+def test_reset_is_refused_before_running(k8s, iso):
     name = "ostest-master-1"
-    k8s.patch_vm(name, {"spec": {"runStrategy": "Always"}})
-    wait_until(lambda: k8s.vmi(name) is not None, what="a VMI")
-    vmi = k8s.vmi(name)
-    if vmi["status"]["phase"] != "Running":
-        code, body = k8s.sub_status(VMIS, name, "reset")
-        assert code == 400 and "non-running VMI" in body["message"]
+    k8s.create_dv("pending-media", iso.image_url("reset.iso"))
+    volume = {"name": "cdrom", "dataVolume": {"name": "pending-media", "hotpluggable": True}}
+    k8s.patch_vm(
+        name,
+        [{"op": "add", "path": "/spec/template/spec/volumes/-", "value": volume}],
+        "application/json-patch+json",
+    )
+    k8s.sub(VMS, name, "start")
+    # the import holds the VMI in Scheduled (the domain is not started yet)
+    wait_until(
+        lambda: (v := k8s.vmi(name)) and v["status"]["phase"] == "Scheduled", what="Scheduled"
+    )
+    code, body = k8s.sub_status(VMIS, name, "reset")
+    assert code == 400 and body["message"].startswith(
+        "Failed to reset non-running VMI with phase Scheduled"
+    )
+    code, body = k8s.sub_status(VMIS, name, "pause")
+    assert (code, body["message"]) == (
+        409,
+        _msg(name, "VM is not running", "virtualmachineinstance"),
+    )
 
 
 def test_deleting_a_running_vm_removes_its_vmi(k8s):
