@@ -31,7 +31,10 @@ def timeline(result: dict, path: Path) -> Path:
             ax.plot(boot, row, "o", color=colour, ms=5)
     ax.set_xlabel("seconds since the first Ironic call")
     ax.set_ylabel("node")
-    ax.set_yticks([])
+    if len(nodes) <= 30:  # names stay readable up to about this many rows
+        ax.set_yticks(range(len(nodes)), [str(n["node"])[:24] for n in nodes], fontsize=7)
+    else:
+        ax.set_yticks([])
     ax.set_title(
         f"{result['mode']}: N={result['n']}, T={result['import_seconds']:g} s, "
         f"workers={result['workers']} (bar: insert -> media ready, x: Reset, "
