@@ -6,6 +6,7 @@ calling ``Store`` and sending the canvas, as ``app/`` does.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -263,4 +264,7 @@ def lab(tmp_path, redis_url, procs):
     lab = Lab(tmp_path, redis_url, procs)
     lab.start_isoserver()
     yield lab
+    # Sent canvases left AsyncResults subscribed to the result backend: drop them while Redis
+    # still runs, or their __del__ fails at session end.
+    gc.collect()
     lab.client.close()
