@@ -16,7 +16,9 @@ from fleetfish.mirror import split_system_id
 from workers import runtime
 from workers.kubevirt import KubeError, NotFound, Transient
 from workers.media import (
+    credentials_secret,
     delete_device_dvs,
+    delete_dv,
     dv_body,
     dv_name,
     ensure_dv,
@@ -74,7 +76,10 @@ def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None
     """Create (or find) this generation's DataVolume; None if the request went stale."""
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
     size = storage_size(head_content_length(image), conf)
-    body = dv_body(system_id, device, image, size, conf)
+    # Credentials never enter the task message: they stay in Redis until put in a Secret.
+    creds = store.media_credentials(system_id, device)
+    secret = credentials_secret(kv, system_id, device, image, creds) if creds else ""
+    body = dv_body(system_id, device, image, size, conf, secret_name=secret)
     with device_lock(store.r, system_id, device):
         # Checked under the lock an eject also holds: a stale import never creates an orphan.
         if _current(system_id, device, gen) is None:
@@ -105,7 +110,7 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
         return None  # an old copy is going away; create it again once it is gone
     if dv is not None and started is None and import_status(dv).error:
         # A failed DataVolume of an earlier insert of the same image: import it afresh.
-        kv.delete_dv(ns, name)
+        delete_dv(kv, dv)
         return None
     if dv is None:
         dv = _create_dv(system_id, device, gen, image)
@@ -113,7 +118,7 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
             return {"stale": True}
     status = import_status(dv)
     if status.error:
-        kv.delete_dv(ns, name)
+        delete_dv(kv, dv)
         raise MediaError(status.error)
     if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
         return {"stale": True}
@@ -121,7 +126,7 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
         log.info("DataVolume %s imported", name)
         return {"dv": name}
     if started is not None and time.time() - started > conf.import_timeout:
-        kv.delete_dv(ns, name)
+        delete_dv(kv, dv)
         raise MediaError(f"import of {image} did not finish within {conf.import_timeout} s")
     return None
 

@@ -296,6 +296,37 @@ class KubeVirt:
         items, _ = self._list_ns(CDI, DV_PLURAL, ns, label_selector)
         return items
 
+    # -- Secrets (image credentials for CDI's http source) ----------------------------------
+
+    def apply_secret(self, ns: str, name: str, string_data: dict, labels: dict) -> None:
+        """POST a Secret, or PUT it when it exists (credentials may change). Raises Invalid,
+        Transient."""
+        core = client.CoreV1Api(self.api)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "type": "Opaque",
+            "stringData": string_data,
+        }
+        try:
+            with _errors(f"create Secret {ns}/{name}"):
+                core.create_namespaced_secret(ns, body, _request_timeout=REQUEST_TIMEOUT)
+        except AlreadyExists:
+            with _errors(f"replace Secret {ns}/{name}"):
+                core.replace_namespaced_secret(name, ns, body, _request_timeout=REQUEST_TIMEOUT)
+
+    def delete_secret(self, ns: str, name: str) -> bool:
+        """DELETE a Secret; False when it did not exist. Raises Transient."""
+        try:
+            with _errors(f"delete Secret {ns}/{name}"):
+                client.CoreV1Api(self.api).delete_namespaced_secret(
+                    name, ns, _request_timeout=REQUEST_TIMEOUT
+                )
+            return True
+        except NotFound:
+            return False
+
     # -- lists and watches -------------------------------------------------------------------
 
     def _list_all(self, gv, plural, selector) -> tuple[list[dict], dict[str, str]]:

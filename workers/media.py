@@ -235,13 +235,42 @@ def ensure_dv(kv: KubeVirt, body: dict) -> tuple[dict, bool]:
         return kv.get_dv(ns, body["metadata"]["name"]), False
 
 
+def credentials_secret(
+    kv: KubeVirt, system_id: str, device: str, image: str, creds: dict[str, str]
+) -> str:
+    """The Secret CDI's http source reads basic-auth credentials from ('' without creds)."""
+    if not (creds.get("username") or creds.get("password")):
+        return ""
+    ns, _ = split_system_id(system_id)
+    name = f"{dv_name(system_id, device, image)}-auth"
+    labels = {
+        LABEL_SYSTEM: system_label(system_id),
+        LABEL_DEVICE: device,
+        LABEL_MANAGED: "fleetfish",
+    }
+    data = {"accessKeyId": creds.get("username", ""), "secretKey": creds.get("password", "")}
+    kv.apply_secret(ns, name, data, labels)
+    return name
+
+
+def delete_dv(kv: KubeVirt, dv: dict) -> bool:
+    """Delete one DataVolume and the credential Secret it referenced, if any."""
+    ns, name = dv["metadata"]["namespace"], dv["metadata"]["name"]
+    deleted = kv.delete_dv(ns, name)
+    secret = (((dv.get("spec") or {}).get("source") or {}).get("http") or {}).get("secretRef")
+    if secret:
+        kv.delete_secret(ns, secret)
+    return deleted
+
+
 def delete_device_dvs(kv: KubeVirt, system_id: str, device: str, keep: str = "") -> list[str]:
-    """Delete the system's fleetfish DataVolumes of ``device`` except ``keep``; their names."""
+    """Delete the system's fleetfish DataVolumes of ``device`` except ``keep`` (and their
+    credential Secrets); their names."""
     ns, _ = split_system_id(system_id)
     deleted = []
     for dv in kv.list_dvs(ns, device_selector(system_id, device)):
         name = dv.get("metadata", {}).get("name", "")
-        if name and name != keep and kv.delete_dv(ns, name):
+        if name and name != keep and delete_dv(kv, dv):
             deleted.append(name)
     if deleted:
         log.info("deleted DataVolumes %s of %s %s", deleted, system_id, device)

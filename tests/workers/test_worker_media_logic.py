@@ -147,3 +147,11 @@ def test_api_exceptions_map_to_domain_errors():
     assert isinstance(exc(422, "Invalid"), Invalid)
     assert isinstance(exc(500), Transient) and isinstance(exc(0), Transient)
     assert exc(404).message == "call: m"
+
+
+def test_dv_body_references_the_credentials_secret_only_when_given():
+    body = dv_body("ns.vm0", "Cd", "http://iso/a.iso", "64Mi", Settings(), secret_name="s-auth")
+    assert body["spec"]["source"]["http"] == {"url": "http://iso/a.iso", "secretRef": "s-auth"}
+    plain = dv_body("ns.vm0", "Cd", "http://iso/a.iso", "64Mi", Settings(dv_storage_class="fast"))
+    assert "secretRef" not in plain["spec"]["source"]["http"]
+    assert plain["spec"]["storage"]["storageClassName"] == "fast"
