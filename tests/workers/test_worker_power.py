@@ -1,0 +1,79 @@
+"""Reset actions through the real adapter against the simulator, including redelivery."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from fleetfish.settings import Settings
+from tests.workers.conftest import NAMESPACE, system, wait_for
+from workers.kubevirt import KubeVirt
+from workers.power import PowerError, run_power
+
+VM0 = "ostest-master-0"
+
+
+@pytest.fixture
+def power(lab):
+    lab.start_kubesim(vms=1, import_seconds=1)
+    settings = Settings(
+        redis_url=lab.redis_url,
+        kubeconfig=str(lab.tmp / "kubeconfig"),
+        namespaces=(NAMESPACE,),
+    )
+    kv = KubeVirt.from_settings(settings)
+    yield lambda action, task: run_power(kv, lab.store, settings, system(VM0), action, task)
+    kv.close()
+
+
+def printable(lab) -> str:
+    return lab.vm(VM0)["status"].get("printableStatus", "")
+
+
+def test_power_cycle_of_the_lab_vm(lab, power):
+    assert power("On", lab.store.new_task("Reset On", system(VM0))) == "Powered on"
+    wait_for(lambda: printable(lab) == "Running", 10, "Running")
+    assert power("On", lab.store.new_task("Reset On", system(VM0))) == "Already on"
+    assert power("Pause", lab.store.new_task("Reset Pause", system(VM0))) == "Paused"
+    wait_for(lambda: printable(lab) == "Paused", 10, "Paused")
+    assert power("Resume", lab.store.new_task("Reset Resume", system(VM0))) == "Resumed"
+    wait_for(lambda: printable(lab) == "Running", 10, "Running again")
+    assert power("ForceOff", lab.store.new_task("Reset ForceOff", system(VM0))) == "Powered off"
+    wait_for(lambda: printable(lab) == "Stopped", 10, "Stopped")
+    assert power("ForceOff", lab.store.new_task("Reset ForceOff", system(VM0))) == "Already off"
+    with pytest.raises(PowerError, match="off"):
+        power("Pause", lab.store.new_task("Reset Pause", system(VM0)))
+
+
+def test_redelivered_restart_does_not_restart_twice(lab, power):
+    power("On", lab.store.new_task("Reset On", system(VM0)))
+    wait_for(lambda: printable(lab) == "Running", 10, "Running")
+    wait_for(lambda: len(lab.boots(VM0)) == 1, 10, "the first boot")
+    task = lab.store.new_task("Reset ForceRestart", system(VM0))
+    assert power("ForceRestart", task) == "Restarted"
+    wait_for(lambda: len(lab.boots(VM0)) == 2, 10, "the restart's boot")
+    # The same message delivered again (worker died before acking) must not act again.
+    assert "already done" in power("ForceRestart", task)
+    # Even if the first delivery died before recording that it acted.
+    lab.store.r.hdel(f"ff:task:{task}", "acted")
+    assert "VMI replaced" in power("ForceRestart", task)
+    restarts = [
+        r
+        for r in lab.kube("/lab/requests")["requests"]
+        if r["method"] == "PUT" and r["path"].endswith("/restart")
+    ]
+    assert len(restarts) == 1, restarts
+
+
+def test_transient_errors_are_retried_with_backoff(lab):
+    lab.start_kubesim(vms=1, import_seconds=1)
+    lab.start_worker("w1")
+    fault = {"method": "PUT", "path_regex": "/start$", "status": 500, "count": 1}
+    requests.post(f"{lab.kube_url}/lab/faults", json=fault, timeout=5).raise_for_status()
+    task, verdict = lab.reset(system(VM0), "On")
+    assert verdict == "run"
+    done = wait_for(lambda: lab.task_done(task), 30, "Reset On to end")
+    assert done["state"] == "Completed", done
+    wait_for(lambda: printable(lab) == "Running", 10, "Running")
+    starts = [r for r in lab.kube("/lab/requests")["requests"] if r["path"].endswith("/start")]
+    assert [r["status"] for r in starts] == [500, 202]
