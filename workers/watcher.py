@@ -68,6 +68,8 @@ class Watcher:
 
     def try_acquire(self) -> bool:
         ok = bool(self.store.r.set(LEASE_KEY, self.holder, nx=True, px=LEASE_MS))
+        # Still ours after a failed renewal (a Redis hiccup): take it back at once.
+        ok = ok or self.renew()
         if ok:
             self.store.r.hset(KEY_MIRROR, "holder", self.holder)
             log.info("lease acquired by %s", self.holder)
@@ -173,9 +175,10 @@ class Watcher:
                     if session.is_set():
                         return
                     obj = event["object"]
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self.apply(plural, event["type"], obj)
+                    # Only after the write: a failed write is replayed by the next watch.
+                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     failures = 0
                 failures = 0
             except Gone:
