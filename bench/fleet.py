@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shlex
 import sys
 import time
@@ -58,12 +59,15 @@ def run_all(args: argparse.Namespace) -> list[dict]:
     for count in args.sizes:
         for mode in args.modes:
             log.info("run: mode=%s N=%s T=%ss", mode, count, args.import_seconds)
+            load_before = os.getloadavg()[0]
             if mode == SUSHY_TOOLS:
                 result = run_sushy_tools(count, args.import_seconds, work, args.sushy_attempts)
             else:
                 result = run_lab_mode(
                     mode, count, args.import_seconds, args.workers, work, args.max_wait
                 )
+            # The machine is shared: the load around each run says how far to trust its latencies.
+            result["load_average_1m"] = {"before": load_before, "after": os.getloadavg()[0]}
             results.append(result)
             log.info(
                 "done: mode=%s N=%s makespan=%s iso=%s/%s errors=%s",

@@ -25,11 +25,16 @@ def _makespan(r: dict) -> str:
     return "never"
 
 
+def _load(r: dict) -> str:
+    load = r.get("load_average_1m")
+    return f"{load['before']:.1f} -> {load['after']:.1f}" if load else "n/a"
+
+
 def table(results: list[dict]) -> str:
     head = (
         "| mode | N | T | workers | ISO boots | disk boots | errors | makespan | "
-        "InsertMedia p50/p99 | Reset p50/p99 | media->power-on p99 | peak RSS | "
-        "requests | Redis ops |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "InsertMedia p50/p99 | Reset p50/p99 | media->power-on p99 | peak RSS / PSS sum | "
+        "requests | Redis ops | load 1m |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     lines = []
     for r in results:
@@ -41,7 +46,8 @@ def table(results: list[dict]) -> str:
             f"{ms(lat['insert']['p50'])} / {ms(lat['insert']['p99'])} | "
             f"{ms(lat['reset']['p50'])} / {ms(lat['reset']['p99'])} | "
             f"{ms(lat['media_to_power_on']['p99'])} | {r['peak_rss']['peak_total_mib']} / {r['peak_rss'].get('peak_pss_total_mib', 'n/a')} MiB | "
-            f"{r['requests']['requests']} | {r['redis_ops'] if r['redis_ops'] is not None else 'n/a'} |"
+            f"{r['requests']['requests']} | {r['redis_ops'] if r['redis_ops'] is not None else 'n/a'} | "
+            f"{_load(r)} |"
         )
     return head + "\n".join(lines) + "\n"
 
