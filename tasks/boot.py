@@ -12,7 +12,7 @@ from workers import runtime
 from workers.boot import restore_mutator
 from workers.kubevirt import Transient
 from workers.power import apply_boot_override, vmi_uid
-from workers.taskutil import retry_transient
+from workers.taskutil import retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
 
@@ -22,6 +22,7 @@ REVERT_POLL = 1.0
 
 
 @shared_task(bind=True, name="boot.apply", max_retries=None, acks_late=True)
+@single_delivery
 def boot_apply(self, system_id, boot_gen, transient=0):
     """Apply the stored override (``Store.get_boot``) unless a newer one superseded it."""
     store = runtime.store()
@@ -37,6 +38,7 @@ def boot_apply(self, system_id, boot_gen, transient=0):
 
 
 @shared_task(bind=True, name="boot.revert_once", max_retries=None, acks_late=True)
+@single_delivery
 def boot_revert_once(self, system_id, vmi_uid_before, since=None, transient=0):
     """Once a VMI other than ``vmi_uid_before`` exists, restore the VM's own boot order and set
     the override back to Disabled/None (the one-time boot has been consumed)."""

@@ -30,7 +30,7 @@ from workers.media import (
     vmi_volume_ready,
 )
 from workers.power import PowerError, run_power
-from workers.taskutil import device_lock, retry_transient
+from workers.taskutil import device_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
 
@@ -132,6 +132,7 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
 
 
 @shared_task(bind=True, name="media.import", max_retries=None, acks_late=True)
+@single_delivery
 def media_import(self, system_id, device, gen, image, task_id, started=None, transient=0):
     """Create the DataVolume (or reuse it) and poll it until the import Succeeded."""
     if runtime.settings().legacy_sequential:
@@ -187,6 +188,7 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
 
 
 @shared_task(bind=True, name="media.attach", max_retries=None, acks_late=True)
+@single_delivery
 def media_attach(self, system_id, device, gen, task_id, since=None, transient=0):
     """Hot-plug the imported DataVolume into the VM's cdrom and wait until it is attached."""
     try:
@@ -220,6 +222,7 @@ def _schedule_revert(system_id: str, vmi_uid_before: str) -> None:
 
 
 @shared_task(bind=True, name="media.release", max_retries=None, acks_late=True)
+@single_delivery
 def media_release(self, system_id, device, gen, task_id, transient=0):
     """Chord body: media ready; run the Reset that was deferred meanwhile, exactly once."""
     store = runtime.store()
@@ -302,6 +305,7 @@ def media_failed(self, system_id, device, gen, task_id):
 
 
 @shared_task(bind=True, name="media.eject", max_retries=None, acks_late=True)
+@single_delivery
 def media_eject(self, system_id, device, gen, task_id, transient=0):
     """Remove the cdrom volume (the drive stays, empty) and delete the device's DataVolumes."""
     store = runtime.store()

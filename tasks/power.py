@@ -10,12 +10,13 @@ from tasks.media import _schedule_revert
 from workers import runtime
 from workers.kubevirt import KubeError, Transient
 from workers.power import PowerError, run_power
-from workers.taskutil import retry_transient
+from workers.taskutil import retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
 
 
 @shared_task(bind=True, name="power.reset", max_retries=None, acks_late=True)
+@single_delivery
 def power_reset(self, system_id, action, task_id, transient=0):
     """Run the action now (the API decided it need not wait for media)."""
     store = runtime.store()

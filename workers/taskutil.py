@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import functools
+import logging
 import random
 from contextlib import contextmanager
 from typing import Any
 
 import redis
 from celery import Task
+from celery.exceptions import Ignore, Retry
 
+from workers import runtime
 from workers.kubevirt import Transient
+
+log = logging.getLogger("fleetfish.worker")
 
 # Transient Kubernetes errors are retried this many times (2, 4, 8, ... s, capped) per step.
 MAX_TRANSIENT = 6
 BACKOFF_CAP = 30.0
-LOCK_TTL = 60
-LOCK_WAIT = 20
+# The locked sections are a few API calls; a killed holder blocks others for LOCK_TTL at most.
+LOCK_TTL = 10
+# Never park a worker thread on the lock: a busy device is a short Transient retry instead.
+LOCK_WAIT = 2
+DONE_TTL = 3600
 
 
 def backoff(attempt: int) -> float:
-    """Exponential backoff with jitter, capped (keeps countdowns far below the visibility
-    timeout so an ETA message is never redelivered while it waits)."""
-    return min(BACKOFF_CAP, 2.0**attempt) * (0.75 + random.random() / 2)
+    """Exponential backoff with jitter, capped far below the visibility timeout: an ETA
+    message waiting longer than that would be delivered again while it waits."""
+    cap = min(BACKOFF_CAP, max(1.0, runtime.settings().visibility_timeout / 3))
+    return min(cap, 2.0**attempt) * (0.75 + random.random() / 2)
 
 
 def retry_transient(task: Task, exc: Exception, kwargs: dict[str, Any]) -> Exception:
@@ -53,3 +63,53 @@ def device_lock(client: redis.Redis, system_id: str, device: str):
             lock.release()
         except redis.exceptions.LockError:
             pass
+
+
+def single_delivery(fn):
+    """Run each (task id, retry number) once even when Redis delivers its message twice.
+
+    A run that outlives the visibility timeout is delivered again while the first copy still
+    runs (celery/celery#6358), and both copies would keep re-scheduling themselves. Each run
+    marks ``ff:run:{id}:{retries}`` ``running`` and then ``done``; a task that returned or
+    failed also marks ``ff:run:{id}:final``. A second copy of a run that is ``done`` (or of a
+    finished task) is dropped with ``Ignore`` (no state, no chain/chord callback). A copy
+    finding the run still ``running`` cannot know whether the first copy is alive or was
+    SIGKILLed, so it is never dropped: it tries again later as the next run, which either
+    finds that run done by the first copy (dropped) or carries the work on.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        if not self.request.id or self.request.called_directly:
+            return fn(self, *args, **kwargs)
+        prefix = f"ff:run:{self.request.id}"
+        key = f"{prefix}:{self.request.retries}"
+        client = runtime.store().r
+        if not client.set(key, "running", nx=True, ex=DONE_TTL):
+            if client.get(f"{prefix}:final") or client.get(key) == "done":
+                log.warning("duplicate of %s run %s dropped", self.name, self.request.retries)
+                raise Ignore()
+            log.warning(
+                "%s run %s is running elsewhere: checking again later",
+                self.name,
+                self.request.retries,
+            )
+            raise self.retry(countdown=max(1.0, runtime.settings().visibility_timeout / 3))
+        final = False
+        try:
+            result = fn(self, *args, **kwargs)
+            final = True
+            return result
+        except Retry:
+            raise
+        except Exception:
+            final = True
+            raise
+        finally:
+            pipe = client.pipeline()
+            pipe.set(key, "done", ex=DONE_TTL)
+            if final:
+                pipe.set(f"{prefix}:final", "1", ex=DONE_TTL)
+            pipe.execute()
+
+    return wrapper
