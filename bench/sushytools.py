@@ -110,6 +110,10 @@ class SushyEmulator:
         config = self._write_config()
         self._log = open(self.run_dir / "sushy-emulator.log", "ab")  # noqa: SIM115 - closed in stop
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SUSHY_", "PYTHONPATH"))}
+        # Its InsertMedia keeps every downloaded image in a temp dir: keep them in the run dir.
+        tmp = self.run_dir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        env["TMPDIR"] = str(tmp)
         self.proc = subprocess.Popen(
             [str(exe), "--fake", "--config", str(config), "-i", "127.0.0.1", "-p", str(self.port)],
             cwd=self.run_dir,
