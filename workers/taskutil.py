@@ -85,8 +85,11 @@ def single_delivery(fn):
         prefix = f"ff:run:{self.request.id}"
         key = f"{prefix}:{self.request.retries}"
         client = runtime.store().r
+        if client.get(f"{prefix}:final"):
+            log.warning("duplicate of finished %s dropped", self.name)
+            raise Ignore()
         if not client.set(key, "running", nx=True, ex=DONE_TTL):
-            if client.get(f"{prefix}:final") or client.get(key) == "done":
+            if client.get(key) == "done":
                 log.warning("duplicate of %s run %s dropped", self.name, self.request.retries)
                 raise Ignore()
             log.warning(
