@@ -54,7 +54,7 @@ TOP_LEVEL = (
     ("Systems", "/redfish/v1/Systems"),
     ("Managers", "/redfish/v1/Managers"),
     ("Chassis", "/redfish/v1/Chassis"),
-    ("TaskService", "/redfish/v1/TaskService"),
+    ("Tasks", "/redfish/v1/TaskService"),
     ("SessionService", "/redfish/v1/SessionService"),
     ("AccountService", "/redfish/v1/AccountService"),
     ("Registries", "/redfish/v1/Registries"),

@@ -86,11 +86,9 @@ def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dic
         "Boot": render_boot(doc, boot),
         "ProcessorSummary": {
             "Count": int(doc.get("cpus") or 0),
-            "Status": {"State": "Enabled", "Health": "OK"},
         },
         "MemorySummary": {
             "TotalSystemMemoryGiB": round(int(doc.get("memoryMiB") or 0) / 1024, 3),
-            "Status": {"State": "Enabled", "Health": "OK"},
         },
         "Processors": {"@odata.id": f"{uri}/Processors"},
         "Memory": {"@odata.id": f"{uri}/Memory"},

@@ -39,7 +39,7 @@ def test_service_root_fields(client):
         "Systems",
         "Managers",
         "Chassis",
-        "TaskService",
+        "Tasks",
         "SessionService",
         "AccountService",
         "Registries",
