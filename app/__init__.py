@@ -52,8 +52,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
     app.extensions["fleetfish.lockout"] = Lockout(client)
 
-    # Order matters: metrics time everything, then auth, then the resources.
+    # Order matters: metrics time everything, protocol checks, then auth, then the resources.
     app.extensions["fleetfish.metrics"] = metrics.install(app)
+    protocol.install_request_checks(app)
     auth.install(app)
     protocol.install(app)
     errors.register_error_handlers(app)

@@ -43,6 +43,8 @@ OPEN_PATHS = frozenset(
     {"/redfish", "/redfish/v1", "/redfish/v1/odata", "/redfish/v1/$metadata", "/metrics"}
 )
 SESSIONS_PATH = "/redfish/v1/SessionService/Sessions"
+# DSP0266: a POST to a collection's Members property is the same as a POST to the collection.
+LOGIN_PATHS = frozenset({SESSIONS_PATH, f"{SESSIONS_PATH}/Members"})
 WRITE_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 # Endpoints a ReadOnly user may write to: logging out of its own session (checked by the handler).
 SELF_SERVICE_ENDPOINTS = frozenset({"session_service.logout"})
@@ -204,7 +206,7 @@ def install(app: Flask) -> None:
         g.user = None
         g.session_id = None
         if request.path in OPEN_PATHS or (
-            request.path == SESSIONS_PATH and request.method == "POST"
+            request.path in LOGIN_PATHS and request.method == "POST"
         ):
             return
         users: UserDB = current_app.extensions["fleetfish.users"]

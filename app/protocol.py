@@ -122,6 +122,20 @@ def if_match_ok(current_etag: str) -> bool:
     return any(t.removeprefix("W/") == current for t in tags)
 
 
+def install_request_checks(app: Flask) -> None:
+    """Protocol checks that come before authentication (they answer the same for everyone)."""
+
+    @app.before_request
+    def _protocol_checks():
+        version = request.headers.get("OData-Version")
+        if version is not None and version.strip() != "4.0":
+            raise RedfishError(412, "HeaderInvalid", [f"OData-Version: {version}"])
+        # DSP0266: unsupported query parameters starting with $ get 501; others are ignored.
+        unsupported = [name for name in request.args if name.startswith("$")]
+        if unsupported:
+            raise RedfishError(501, "QueryParameterUnsupported", [unsupported[0]])
+
+
 def install(app: Flask) -> None:
     """Headers every response carries, whatever produced it."""
 

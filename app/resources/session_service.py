@@ -63,6 +63,7 @@ def sessions():
 
 
 @bp.post(SESSIONS)
+@bp.post(f"{SESSIONS}/Members")
 def login():
     body = json_body()
     errors = []

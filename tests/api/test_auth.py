@@ -197,3 +197,11 @@ def test_users_file_change_is_picked_up(client, users_file, monkeypatch):
     stat = os.stat(users_file)
     os.utime(users_file, (stat.st_atime, stat.st_mtime + 5))
     assert client.get("/redfish/v1/SessionService", headers=basic("viewer")).status_code == 401
+
+
+def test_login_through_the_members_property(client):
+    resp = client.post(
+        f"{SESSIONS}/Members", json={"UserName": "admin", "Password": PASSWORDS["admin"]}
+    )
+    assert resp.status_code == 201
+    assert resp.headers["X-Auth-Token"]

@@ -159,3 +159,16 @@ def test_metrics_are_open_and_count_requests(client, systems):
         in text
     )
     assert "fleetfish_api_request_seconds_bucket" in text
+
+
+def test_unsupported_odata_version_is_412(client):
+    resp = client.get("/redfish/v1/", headers={"OData-Version": "4.1"})
+    assert resp.status_code == 412
+    assert client.get("/redfish/v1/", headers={"OData-Version": "4.0"}).status_code == 200
+
+
+def test_dollar_query_parameters_are_501_others_ignored(client, systems):
+    resp = client.get("/redfish/v1/Systems?$expand=.", headers=ADMIN)
+    assert resp.status_code == 501
+    assert error_ids(resp) == ["QueryParameterUnsupported"]
+    assert client.get("/redfish/v1/Systems?foo=bar", headers=ADMIN).status_code == 200
