@@ -114,8 +114,16 @@ def run_power(
     now = vmi_uid(vmi) or "-"
     if task_id and store.r.hget(key_task(task_id), "acted") == "1":
         return f"{action} already done"
+
+    def revert_once_later() -> None:
+        # A delivery killed after starting the VM but before scheduling the revert would leave
+        # the one-time override in place for ever; scheduling it twice is harmless.
+        if schedule_revert and store.get_boot(system_id).get("enabled") == "Once":
+            schedule_revert(system_id, before if before != "-" else "")
+
     if before != now and action in ("ForceRestart", "GracefulRestart", "PowerCycle"):
         # An earlier delivery restarted the VM and died before saying so.
+        revert_once_later()
         _mark_done(store, task_id)
         return f"{action} done (VMI replaced)"
     store.update_task(task_id, state="Running", message=f"{action} in progress")
@@ -144,7 +152,13 @@ def run_power(
         return "Restarted"
 
     if action in ("On", "ForceOn"):
-        message = "Already on" if vmi_active(vmi) else power_on()
+        if not vmi_active(vmi):
+            message = power_on()
+        else:
+            message = "Already on"
+            if before == "-":
+                # The first delivery found the system off: it started it, then died.
+                revert_once_later()
     elif action == "ForceOff":
         done = _tolerate(lambda: kv.stop_vm(ns, name, grace_period=0), "not running", "halted")
         message = "Powered off" if done else "Already off"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 import pytest
-import requests
 
-from tests.e2e.conftest import boots, system_id, wait_for
+from tests.e2e.conftest import boots, wait_for
+from tests.helpers import Redfish, datavolumes
 
 pytestmark = pytest.mark.e2e
 
@@ -19,71 +19,9 @@ def stack(lab_factory):
     return lab_factory(vms=3, import_seconds=IMPORT_SECONDS, workers=2, visibility_timeout=8)
 
 
-class Redfish:
-    """Plain HTTP against the API, as an operator's script would call it."""
-
-    def __init__(self, stack):
-        self.base = stack.redfish_url
-        self.session = requests.Session()
-        self.session.auth = stack.credentials
-
-    def get(self, path: str) -> dict:
-        reply = self.session.get(self.base + path, timeout=5)
-        assert reply.status_code == 200, reply.text
-        return reply.json()
-
-    def post(self, path: str, body=None) -> requests.Response:
-        return self.session.post(self.base + path, json=body, timeout=5)
-
-    def system(self, vm: str) -> dict:
-        return self.get(f"/redfish/v1/Systems/{system_id(vm)}")
-
-    def media(self, vm: str) -> dict:
-        return self.get(f"/redfish/v1/Systems/{system_id(vm)}/VirtualMedia/Cd")
-
-    def insert(self, vm: str, image: str) -> requests.Response:
-        return self.post(
-            f"/redfish/v1/Systems/{system_id(vm)}/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia",
-            {"Image": image},
-        )
-
-    def eject(self, vm: str) -> requests.Response:
-        return self.session.post(
-            f"{self.base}/redfish/v1/Systems/{system_id(vm)}/VirtualMedia/Cd/Actions/"
-            "VirtualMedia.EjectMedia",
-            timeout=5,
-        )
-
-    def reset(self, vm: str, kind: str) -> requests.Response:
-        return self.post(
-            f"/redfish/v1/Systems/{system_id(vm)}/Actions/ComputerSystem.Reset", {"ResetType": kind}
-        )
-
-    def boot_cd_once(self, vm: str) -> None:
-        reply = self.session.patch(
-            f"{self.base}/redfish/v1/Systems/{system_id(vm)}",
-            json={"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}},
-            timeout=5,
-        )
-        assert reply.status_code in (200, 204), reply.text
-
-    def task(self, reply: requests.Response) -> dict:
-        location = reply.headers["Location"]
-        task_id = location.rstrip("/").rsplit("/", 1)[-1]
-        return self.get(f"/redfish/v1/TaskService/Tasks/{task_id}")
-
-
 @pytest.fixture
 def rf(stack):
     return Redfish(stack)
-
-
-def datavolumes(stack) -> list[dict]:
-    reply = requests.get(
-        f"{stack.kube_url}/apis/cdi.kubevirt.io/v1beta1/namespaces/fleetfish-lab/datavolumes",
-        timeout=5,
-    )
-    return reply.json()["items"]
 
 
 def stack_task_running(rf: Redfish, vm: str) -> bool:
