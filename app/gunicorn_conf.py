@@ -36,6 +36,9 @@ errorlog = "-"
 loglevel = os.environ.get("FLEETFISH_LOG_LEVEL", "info").lower()
 access_log_format = 'fleetfish.api access %(h)s "%(r)s" %(s)s %(B)s %(M)sms "%(a)s"'
 proc_name = "fleetfish-api"
+# gunicorn >= 25 opens a control socket at one fixed per-user path; several API instances on one
+# host (lab, tests) would fight over it, and nothing here uses gunicornc.
+control_socket_disable = True
 
 logconfig_dict = {
     "version": 1,

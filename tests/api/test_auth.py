@@ -205,3 +205,21 @@ def test_login_through_the_members_property(client):
     )
     assert resp.status_code == 201
     assert resp.headers["X-Auth-Token"]
+
+
+def test_basic_auth_verifies_bcrypt_once_then_uses_the_cache(client, systems, monkeypatch):
+    calls = []
+    real = auth_mod.bcrypt.checkpw
+
+    def counting(password, hashed):
+        calls.append(1)
+        return real(password, hashed)
+
+    monkeypatch.setattr(auth_mod.bcrypt, "checkpw", counting)
+    for _ in range(10):
+        assert client.get(SYS_URI, headers=ADMIN).status_code == 200
+    assert len(calls) == 1
+    # A wrong password never hits the cache.
+    bad = {"Authorization": "Basic YWRtaW46bm9wZQ=="}
+    assert client.get(SYS_URI, headers=bad).status_code == 401
+    assert len(calls) == 2
