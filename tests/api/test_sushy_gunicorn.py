@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +23,9 @@ OLD_ISO = "http://192.0.2.10:8080/redfish/boot-old.iso"
 NEW_ISO = "http://192.0.2.10:8080/redfish/boot-new.iso"
 
 
-@pytest.fixture
-def gunicorn(redis_url, users_file, store, tmp_path):
-    store.put_system(mirror_doc(make_vm("lab-a", "ostest-master-0", labels=LAB_LABELS), None))
+@contextlib.contextmanager
+def running_gunicorn(redis_url, users_file, tmp_path, **extra_env):
+    """gunicorn with the real config file on a free port; yields (port, log path)."""
     port = free_port()
     env = {
         **os.environ,
@@ -34,8 +36,10 @@ def gunicorn(redis_url, users_file, store, tmp_path):
         "FLEETFISH_API_WORKERS": "1",
         "FLEETFISH_API_THREADS": "4",
         "PYTHONPATH": str(REPO),
+        **extra_env,
     }
-    log = open(tmp_path / "gunicorn.log", "wb")
+    log_path = tmp_path / "gunicorn.log"
+    log = open(log_path, "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", str(REPO / "app" / "gunicorn_conf.py")],
         cwd=REPO,
@@ -45,8 +49,8 @@ def gunicorn(redis_url, users_file, store, tmp_path):
     )
     try:
         if not wait_for_port("127.0.0.1", port, timeout=30):
-            raise RuntimeError((tmp_path / "gunicorn.log").read_text())
-        yield f"http://127.0.0.1:{port}", tmp_path / "gunicorn.log"
+            raise RuntimeError(log_path.read_text())
+        yield port, log_path
     finally:
         proc.terminate()
         try:
@@ -55,6 +59,53 @@ def gunicorn(redis_url, users_file, store, tmp_path):
             proc.kill()
             proc.wait(timeout=5)
         log.close()
+
+
+@pytest.fixture
+def gunicorn(redis_url, users_file, store, tmp_path):
+    store.put_system(mirror_doc(make_vm("lab-a", "ostest-master-0", labels=LAB_LABELS), None))
+    with running_gunicorn(redis_url, users_file, tmp_path) as (port, log_path):
+        yield f"http://127.0.0.1:{port}", log_path
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make a certificate")
+def test_tls_when_certificate_and_key_are_set(redis_url, users_file, store, tmp_path):
+    store.put_system(mirror_doc(make_vm("lab-a", "ostest-master-0"), None))
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    env = {"FLEETFISH_TLS_CERT": str(cert), "FLEETFISH_TLS_KEY": str(key)}
+    with running_gunicorn(redis_url, users_file, tmp_path, **env) as (port, _):
+        root = requests.get(f"https://127.0.0.1:{port}/redfish/v1/", verify=str(cert), timeout=10)
+        assert root.status_code == 200
+        systems = requests.get(
+            f"https://127.0.0.1:{port}/redfish/v1/Systems",
+            auth=("admin", PASSWORDS["admin"]),
+            verify=str(cert),
+            timeout=10,
+        )
+        assert systems.json()["Members@odata.count"] == 1
 
 
 def test_ironic_sequence_with_sushy(gunicorn, redis_url, store):
@@ -118,3 +169,21 @@ def test_ironic_sequence_with_sushy(gunicorn, redis_url, store):
         auth.close()
     assert not list(store.r.scan_iter("ff:sess:*"))
     assert "fleetfish.api access" in log_path.read_text()
+
+
+def test_metrics_aggregate_across_gunicorn_workers(redis_url, users_file, store, tmp_path):
+    prom_dir = tmp_path / "prom"
+    prom_dir.mkdir()
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(prom_dir), "FLEETFISH_API_WORKERS": "2"}
+    with running_gunicorn(redis_url, users_file, tmp_path, **env) as (port, _):
+        for _ in range(20):
+            assert requests.get(
+                f"http://127.0.0.1:{port}/redfish/v1/", headers={"Connection": "close"}, timeout=10
+            ).ok
+        text = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    line = next(
+        ln
+        for ln in text.splitlines()
+        if ln.startswith("fleetfish_api_requests_total{") and 'route="/redfish/v1"' in ln
+    )
+    assert float(line.rsplit(" ", 1)[1]) == 20.0
