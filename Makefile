@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint install clean bench
+.PHONY: lab test lint install clean bench bench-quick
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,3 +27,15 @@ lint: $(STAMP)
 
 clean:
 	rm -rf var/lab var/test
+
+# Reference benchmark runs (docs/benchmarks/README.md); each exits 1 when a target FAILs.
+bench: $(STAMP)
+	-$(PY) -m bench.fleet --sizes 3,10,50 --import-seconds 30 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t30
+	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish,sushy-tools --out docs/benchmarks/fleet-n200-t20
+	-$(PY) -m bench.fleet --sizes 3 --import-seconds 55 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t55
+	-$(PY) -m bench.fleet --sizes 3 --import-seconds 70 --modes sushy-tools --out docs/benchmarks/sushy-t70
+	-$(PY) -m bench.api_latency --clients 50 --seconds 10 --out docs/benchmarks/api-latency
+
+# About a minute: 3 nodes, all three modes.
+bench-quick: $(STAMP)
+	$(PY) -m bench.fleet --sizes 3 --import-seconds 10 --modes fleetfish,sequential,sushy-tools --out var/bench/quick
