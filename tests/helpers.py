@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import redis
 import requests
 
 from lab.stack import LAB_NAMESPACE, LabStack
@@ -115,6 +116,8 @@ def active_tasks(stack: LabStack, timeout: float = 1.0) -> dict[str, list[dict]]
     app.conf.update(celery_config(Settings(redis_url=stack.redis_url)))
     try:
         replies = app.control.inspect(timeout=timeout).active() or {}
+    except redis.exceptions.ConnectionError:
+        return {}  # a broker that has just come back; the caller polls again
     finally:
         app.close()
     return {node.split("@", 1)[0]: tasks for node, tasks in replies.items()}

@@ -18,6 +18,8 @@ from workers import runtime
 
 app = Celery("fleetfish", include=["tasks.media", "tasks.power", "tasks.boot"])
 app.config_from_object(celery_config(Settings.from_env()))
+# Survives a Redis restart; see workers/consumer.py.
+app.conf.worker_consumer = "workers.consumer:Consumer"
 
 log = logging.getLogger("fleetfish.worker")
 _context = threading.local()
