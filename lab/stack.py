@@ -57,6 +57,7 @@ class LabConfig:
     legacy_sequential: bool = False
     visibility_timeout: int = 30
     iso_size_mib: int = 4
+    tls: bool = False  # serve the API over HTTPS with a generated self-signed certificate
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -77,6 +78,7 @@ class LabConfig:
             kubeconfig=os.environ.get("KUBECONFIG", ""),
             legacy_sequential=os.environ.get("FLEETFISH_LEGACY_SEQUENTIAL", "") in ("1", "true"),
             visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", 30),
+            tls=os.environ.get("LAB_TLS", "") in ("1", "true"),
         )
 
     @classmethod
@@ -108,7 +110,8 @@ class LabStack:
 
     @property
     def redfish_url(self) -> str:
-        return f"http://127.0.0.1:{self.config.api_port}"
+        scheme = "https" if self.config.tls else "http"
+        return f"{scheme}://127.0.0.1:{self.config.api_port}"
 
     @property
     def kube_url(self) -> str:
@@ -196,6 +199,9 @@ class LabStack:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        if cfg.tls:
+            env["FLEETFISH_TLS_CERT"] = str(cfg.var_dir / "tls" / "cert.pem")
+            env["FLEETFISH_TLS_KEY"] = str(cfg.var_dir / "tls" / "key.pem")
         if self.simulated:
             env["FLEETFISH_KUBECONFIG"] = str(cfg.var_dir / "kubeconfig")
             env["FLEETFISH_NAMESPACES"] = LAB_NAMESPACE
@@ -250,6 +256,10 @@ class LabStack:
             if not cfg.redis_url:
                 self.redis = EmbeddedRedis(cfg.var_dir / "redis", cfg.redis_port).start()
             self._write_users_file()
+            if cfg.tls:
+                from lab.tls import self_signed
+
+                self_signed(cfg.var_dir / "tls")
             if self.simulated:
                 self._write_kubeconfig()
                 self._spawn(
@@ -343,10 +353,16 @@ class LabStack:
         raise TimeoutError(f"{name} did not listen on {port}")
 
     def _await_api(self, deadline: float) -> None:
+        if self.config.tls:
+            import urllib3
+
+            # The lab's own self-signed certificate; nothing else is fetched unverified.
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         while time.monotonic() < deadline:
             self._check_alive()
             try:
-                if requests.get(f"{self.redfish_url}/redfish/v1/", timeout=1).status_code == 200:
+                url = f"{self.redfish_url}/redfish/v1/"
+                if requests.get(url, timeout=1, verify=False).status_code == 200:
                     return
             except requests.RequestException:
                 pass

@@ -8,6 +8,7 @@ subscription to a foreign address, so it must see nothing but the service).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -21,8 +22,10 @@ BIN = Path(sys.executable).parent
 PROFILE = SHARED / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
 
 
-def start_lab(out: Path) -> LabStack:
-    config = LabConfig.for_tests(out / "lab", vms=2, import_seconds=2, workers=1, flower=False)
+def start_lab(out: Path, tls: bool = False) -> LabStack:
+    config = LabConfig.for_tests(
+        out / "lab", vms=2, import_seconds=2, workers=1, flower=False, tls=tls
+    )
     return LabStack(config).start(timeout=90)
 
 
@@ -109,6 +112,11 @@ def run_protocol(stack: LabStack, out: Path) -> dict:
     """The protocol validator writes a TSV report: one row per assertion with its result."""
     user, password = stack.credentials
     report_dir = out / "protocol"
+    # Trust the lab's own certificate. A CA bundle named in the environment would override it:
+    # requests lets REQUESTS_CA_BUNDLE win over a Session's own verify setting.
+    cert = stack.config.var_dir / "tls" / "cert.pem"
+    tls_args = ["--ca-bundle", str(cert)] if stack.config.tls else []
+    env = {k: v for k, v in os.environ.items() if k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")}
     report_dir.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run(
         [
@@ -124,11 +132,13 @@ def run_protocol(stack: LabStack, out: Path) -> dict:
             "--report-type",
             "tsv",
             "--avoid-http-redirect",
+            *tls_args,
         ],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=out,
+        env=env,
     )
     counts = {"pass": 0, "warn": 0, "fail": 0, "not_tested": 0}
     rows: list[dict] = []
@@ -153,7 +163,9 @@ def main(argv: list[str]) -> int:
         # Inside `unshare -n`, loopback starts down.
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     runner = {"interop": run_interop, "service": run_service, "protocol": run_protocol}[kind]
-    stack = start_lab(out)
+    # The protocol suite checks that Basic auth and sessions need HTTPS: it runs against the
+    # lab's HTTPS mode, as a Metal3 deployment with a self-signed certificate would.
+    stack = start_lab(out, tls=kind == "protocol")
     try:
         result = runner(stack, out)
     finally:
