@@ -324,6 +324,8 @@ class LabStack:
                         "flower",
                         "--address=127.0.0.1",
                         f"--port={cfg.flower_port}",
+                        # The same lab credentials guard Flower's UI and its HTTP API.
+                        f"--basic-auth={LAB_USER}:{self.password}",
                         "--persistent=False",
                     ],
                 )
