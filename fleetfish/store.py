@@ -12,6 +12,15 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:task:{tid}``           HASH, one Redfish Task (see ``TASK_FIELDS``), expiring
 ``ff:tasks``                ZSET of task ids by start time
 
+Keys other modules own, listed here so the whole layout is in one place:
+
+``ff:lease:watcher``        STRING, holder of the watcher lease (workers/watcher.py)
+``ff:lock:media:{id}:{dev}`` STRING, short per-device lock of the media tasks (workers/taskutil.py)
+``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (workers/taskutil.py)
+``ff:run:{celery id}:*``    STRING, marks a finished run so a duplicate delivery is dropped
+``ff:sess:*``, ``ff:sessid:*``, ``ff:sessions``  Redfish sessions, tokens stored hashed (app/sessions.py)
+``ff:authfail:*``, ``ff:authlock:*``             failed-login counting and lock-out (app/sessions.py)
+
 Media ``gen`` grows on every insert and eject; tasks carry the generation they were sent for and
 stop doing anything once it is stale. The Lua scripts below are the only writers of the
 media/power hand-off, so "media finished" and "Reset arrived" can never interleave.
