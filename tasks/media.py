@@ -266,7 +266,11 @@ def _clear_device(system_id: str, device: str, gen: int) -> None:
     with device_lock(store.r, system_id, device):
         if _current(system_id, device, gen) is None:
             return
-        kv.update_vm(ns, vm, lambda obj: remove_cdrom_volume(obj, conf.cdrom_disk))
+        try:
+            kv.update_vm(ns, vm, lambda obj: remove_cdrom_volume(obj, conf.cdrom_disk))
+        except NotFound:
+            # The VM was deleted meanwhile: nothing to eject, but its DataVolumes must go.
+            log.info("VM %s is gone: only deleting its DataVolumes", system_id)
         delete_device_dvs(kv, system_id, device)
 
 
