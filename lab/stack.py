@@ -95,6 +95,74 @@ class LabConfig:
         return cls(var_dir=Path(var_dir), **ports)
 
 
+def worker_command(index: int, concurrency: int) -> list[str]:
+    """A Celery worker of the fleet, named ``worker<index>@<host>``."""
+    return [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers.celery_app",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(concurrency),
+        "-Q",
+        "fleetfish.media,fleetfish.power",
+        "-n",
+        f"worker{index}@%h",
+        "--loglevel",
+        "INFO",
+        "--without-mingle",
+    ]
+
+
+def api_command() -> list[str]:
+    """The API under gunicorn; bind address and port come from FLEETFISH_BIND/FLEETFISH_PORT."""
+    return [sys.executable, "-m", "gunicorn", "-c", "app/gunicorn_conf.py", "app:create_app()"]
+
+
+def watcher_command() -> list[str]:
+    return [sys.executable, "-m", "workers.watcher"]
+
+
+def isoserver_command(bind: str, port: int, size_mib: int) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lab.isoserver",
+        "--bind",
+        bind,
+        "--port",
+        str(port),
+        "--size-mib",
+        str(size_mib),
+    ]
+
+
+def kubesim_command(
+    bind: str, port: int, vms: int, import_seconds: float, iso_base: str
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "lab.kubesim",
+        "--bind",
+        bind,
+        "--port",
+        str(port),
+        "--vms",
+        str(vms),
+        "--namespace",
+        LAB_NAMESPACE,
+        "--import-seconds",
+        str(import_seconds),
+        "--iso-base",
+        iso_base,
+    ]
+
+
 class LabStack:
     """The running lab. ``start()`` returns once every part answers; ``stop()`` is idempotent."""
 
@@ -227,25 +295,7 @@ class LabStack:
         return proc
 
     def worker_command(self, index: int) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "workers.celery_app",
-            "worker",
-            "--pool",
-            "threads",
-            "--concurrency",
-            str(self.config.worker_concurrency),
-            "-Q",
-            "fleetfish.media,fleetfish.power",
-            "-n",
-            f"worker{index}@%h",
-            "--loglevel",
-            "INFO",
-            "--without-mingle",
-        ]
+        return worker_command(index, self.config.worker_concurrency)
 
     def start(self, timeout: float = 60.0) -> LabStack:
         cfg = self.config
@@ -263,55 +313,20 @@ class LabStack:
             if self.simulated:
                 self._write_kubeconfig()
                 self._spawn(
-                    "isoserver",
-                    [
-                        sys.executable,
-                        "-m",
-                        "lab.isoserver",
-                        "--bind",
-                        "127.0.0.1",
-                        "--port",
-                        str(cfg.iso_port),
-                        "--size-mib",
-                        str(cfg.iso_size_mib),
-                    ],
+                    "isoserver", isoserver_command("127.0.0.1", cfg.iso_port, cfg.iso_size_mib)
                 )
                 self._spawn(
                     "kubesim",
-                    [
-                        sys.executable,
-                        "-m",
-                        "lab.kubesim",
-                        "--bind",
-                        "127.0.0.1",
-                        "--port",
-                        str(cfg.kube_port),
-                        "--vms",
-                        str(cfg.vms),
-                        "--namespace",
-                        LAB_NAMESPACE,
-                        "--import-seconds",
-                        str(cfg.import_seconds),
-                        "--iso-base",
-                        self.iso_url,
-                    ],
+                    kubesim_command(
+                        "127.0.0.1", cfg.kube_port, cfg.vms, cfg.import_seconds, self.iso_url
+                    ),
                 )
                 self._await_port("kubesim", cfg.kube_port, deadline)
                 self._await_port("isoserver", cfg.iso_port, deadline)
             for i in range(cfg.workers):
                 self._spawn(f"worker{i}", self.worker_command(i))
-            self._spawn("watcher", [sys.executable, "-m", "workers.watcher"])
-            self._spawn(
-                "api",
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "-c",
-                    "app/gunicorn_conf.py",
-                    "app:create_app()",
-                ],
-            )
+            self._spawn("watcher", watcher_command())
+            self._spawn("api", api_command())
             if cfg.flower:
                 self._spawn(
                     "flower",
