@@ -30,6 +30,7 @@ PLURAL_GROUPS = {
     "virtualmachineinstances": "kubevirt.io",
     "datavolumes": "cdi.kubevirt.io",
     "persistentvolumeclaims": "",
+    "secrets": "",
 }
 # virt-api subresources: all PUT (update) except the streaming/reading ones.
 SUBRESOURCE_VERBS = {

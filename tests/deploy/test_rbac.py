@@ -21,6 +21,10 @@ ALLOWED = {
     ),
     *(("cdi.kubevirt.io", "datavolumes", v) for v in ("create", "get", "list", "watch", "delete")),
     *(("", "persistentvolumeclaims", v) for v in ("get", "list")),
+    # InsertMedia with UserName/Password: the worker keeps them in a Secret next to the
+    # DataVolume (CDI's secretRef) and deletes it with the DataVolume. No get/list: it never
+    # reads a Secret back.
+    *(("", "secrets", v) for v in ("create", "update", "delete")),
 }
 
 
