@@ -1,0 +1,287 @@
+"""Soak: Ironic-style cycles on every VM for a while, with random worker SIGKILLs, then a report.
+
+``python -m tests.reliability.soak --minutes 30 --vms 20`` starts a lab, runs on each VM
+(concurrently) insert, boot Cd once, Reset On, wait for the boot, eject, power off, again and
+again, SIGKILLs a random worker now and then (bounded) and starts it again, and samples the RSS
+of every fleetfish process. It reports cycles, boots, lost and duplicated operations and memory
+over time; the exit status is 0 only when nothing was lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import psutil
+import requests
+
+from lab.stack import LabConfig, LabStack
+from tests.e2e.conftest import lab_vm_names
+from tests.helpers import Redfish, boots, datavolumes
+
+FINAL = ("Completed", "Exception", "Cancelled")
+
+
+@dataclass
+class Cycle:
+    vm: str
+    image: str
+    start: float
+    end: float = 0.0
+    booted: bool = False
+    error: str = ""
+
+
+@dataclass
+class SoakReport:
+    minutes: float
+    vms: int
+    cycles: int = 0
+    cycles_ok: int = 0
+    boots: int = 0
+    lost: int = 0  # cycles whose boot, task or state change never came
+    duplicated: int = 0  # extra boots inside a cycle, wrong image, or extra DataVolumes
+    kills: int = 0
+    errors: list[str] = field(default_factory=list)
+    rss_mib: list[dict] = field(default_factory=list)  # {"t": s, process name: MiB}
+
+    def rss_growth(self) -> dict[str, float]:
+        """MiB between the first sample after warm-up (the second one) and the last."""
+        if len(self.rss_mib) < 3:
+            return {}
+        first, last = self.rss_mib[1], self.rss_mib[-1]
+        return {k: round(last[k] - first[k], 1) for k in last if k != "t" and k in first}
+
+
+def _wait(predicate, timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except requests.RequestException:
+            value = None
+        if value:
+            return value
+        time.sleep(interval)
+    return None
+
+
+class Soak:
+    def __init__(self, stack: LabStack, minutes: float, max_kills: int, kill_every: float):
+        self.stack = stack
+        self.deadline = time.monotonic() + minutes * 60
+        self.max_kills = max_kills
+        self.kill_every = kill_every
+        self.vms = lab_vm_names(stack.config.vms)
+        self.cycles: list[Cycle] = []
+        self.report = SoakReport(minutes=minutes, vms=len(self.vms))
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.boot_timeout = stack.config.visibility_timeout * 6 + 60
+
+    # -- one VM's loop -----------------------------------------------------------------------
+
+    def node_loop(self, vm: str) -> None:
+        rf = Redfish(self.stack, timeout=10)
+        for n in range(100000):
+            if time.monotonic() > self.deadline or self.stop.is_set():
+                return
+            cycle = Cycle(vm, f"{self.stack.iso_url}/images/soak-{vm}-{n % 3}.iso", time.time())
+            try:
+                self.one_cycle(rf, cycle)
+            except (requests.RequestException, AssertionError, KeyError, ValueError) as exc:
+                cycle.error = f"{type(exc).__name__}: {exc}"
+            cycle.end = time.time()
+            with self.lock:
+                self.cycles.append(cycle)
+
+    def one_cycle(self, rf: Redfish, c: Cycle) -> None:
+        insert = rf.insert(c.vm, c.image)
+        assert insert.status_code in (202, 204), f"insert {insert.status_code}"
+        rf.boot_cd_once(c.vm)
+        reset = rf.reset(c.vm, "On")
+        assert reset.status_code in (202, 204), f"reset {reset.status_code}"
+        record = _wait(
+            lambda: next((b for b in boots(self.stack, c.start) if b["vm"] == c.vm), None),
+            self.boot_timeout,
+        )
+        if record is None:
+            c.error = "no boot"
+            return
+        c.booted = True
+        for reply in (insert, reset):
+            if reply.status_code == 202:
+                state = _wait(lambda r=reply: rf.task(r)["TaskState"] in FINAL, 60)
+                assert state, f"task {reply.headers['Location']} never ended"
+        assert rf.eject(c.vm).status_code in (202, 204)
+        assert _wait(lambda: not rf.media(c.vm)["Inserted"], 60), "eject never showed"
+        assert rf.reset(c.vm, "ForceOff").status_code in (202, 204)
+        assert _wait(lambda: rf.system(c.vm)["PowerState"] == "Off", 60), "never off"
+        # Ejected: its DataVolumes are being deleted; none may survive for long.
+        assert _wait(
+            lambda: not [d for d in datavolumes(self.stack) if c.vm in d["metadata"]["name"]],
+            60,
+        ), "DataVolume left after eject"
+
+    # -- faults and sampling ------------------------------------------------------------------
+
+    def killer(self) -> None:
+        rng = random.Random(7)
+        workers = [n for n in self.stack.procs if n.startswith("worker")]
+        while self.report.kills < self.max_kills and not self.stop.is_set():
+            if self.stop.wait(self.kill_every * (0.5 + rng.random())):
+                return
+            if time.monotonic() > self.deadline - 30:
+                return  # let the last cycles finish without a fault
+            victim = rng.choice(workers)
+            self.stack.kill(victim, signal.SIGKILL)
+            self.stack.restart(victim)
+            self.report.kills += 1
+
+    def sampler(self, every: float) -> None:
+        start = time.monotonic()
+        while not self.stop.is_set():
+            sample: dict = {"t": round(time.monotonic() - start)}
+            for name, proc in list(self.stack.procs.items()):
+                try:
+                    root = psutil.Process(proc.pid)
+                    rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+                except psutil.Error:
+                    continue
+                sample[name] = round(rss / 2**20, 1)
+            if self.stack.redis and self.stack.redis.proc:
+                try:
+                    rss = psutil.Process(self.stack.redis.proc.pid).memory_info().rss
+                    sample["redis"] = round(rss / 2**20, 1)
+                except psutil.Error:
+                    pass
+            self.report.rss_mib.append(sample)
+            if self.stop.wait(every):
+                return
+
+    # -- run and judge -----------------------------------------------------------------------
+
+    def run(self, sample_every: float) -> SoakReport:
+        nodes = [threading.Thread(target=self.node_loop, args=(vm,)) for vm in self.vms]
+        helpers = [
+            threading.Thread(target=self.killer, daemon=True),
+            threading.Thread(target=self.sampler, args=(sample_every,), daemon=True),
+        ]
+        for t in nodes + helpers:
+            t.start()
+        for t in nodes:
+            t.join(self.deadline - time.monotonic() + self.boot_timeout + 300)
+        self.stop.set()
+        for t in helpers:
+            t.join(30)
+        return self.judge()
+
+    def judge(self) -> SoakReport:
+        rep = self.report
+        records = boots(self.stack, min((c.start for c in self.cycles), default=0))
+        rep.boots = len(records)
+        rep.cycles = len(self.cycles)
+        for c in self.cycles:
+            mine = [b for b in records if b["vm"] == c.vm and c.start <= b["time"] <= c.end]
+            if not c.booted or c.error:
+                rep.lost += 1
+                rep.errors.append(f"{c.vm} {c.image}: {c.error or 'no boot'}")
+                continue
+            wrong = [b for b in mine if b["kind"] != "cdrom" or b["image_url"] != c.image]
+            if len(mine) != 1 or wrong:
+                rep.duplicated += 1
+                rep.errors.append(f"{c.vm} {c.image}: boots {mine}")
+                continue
+            rep.cycles_ok += 1
+        # A boot outside every cycle would be a power-on nobody asked for.
+        inside = sum(
+            1
+            for b in records
+            if any(c.vm == b["vm"] and c.start <= b["time"] <= c.end for c in self.cycles)
+        )
+        if inside != len(records):
+            rep.duplicated += len(records) - inside
+            rep.errors.append(f"{len(records) - inside} boots outside any cycle")
+        return rep
+
+
+def run_soak(
+    var_dir: Path,
+    minutes: float,
+    vms: int,
+    max_kills: int,
+    kill_every: float = 30.0,
+    import_seconds: float = 2.0,
+    visibility_timeout: int = 8,
+    sample_every: float = 30.0,
+) -> SoakReport:
+    config = LabConfig.for_tests(
+        var_dir,
+        vms=vms,
+        import_seconds=import_seconds,
+        workers=2,
+        visibility_timeout=visibility_timeout,
+        flower=False,
+        iso_size_mib=1,
+    )
+    stack = LabStack(config).start(timeout=120)
+    try:
+        return Soak(stack, minutes, max_kills, kill_every).run(sample_every)
+    finally:
+        stack.stop()
+
+
+def format_report(rep: SoakReport) -> str:
+    lines = [
+        f"soak: {rep.minutes:g} min, {rep.vms} VMs, {rep.kills} worker SIGKILLs",
+        f"cycles {rep.cycles} (ok {rep.cycles_ok}), boots {rep.boots}, "
+        f"lost {rep.lost}, duplicated {rep.duplicated}",
+        "RSS MiB over time (t in s):",
+    ]
+    names = sorted({k for s in rep.rss_mib for k in s if k != "t"})
+    lines.append("  t     " + " ".join(f"{n:>9}" for n in names))
+    for s in rep.rss_mib:
+        lines.append(f"  {s['t']:<5} " + " ".join(f"{s.get(n, 0):>9}" for n in names))
+    lines.append(f"RSS growth after warm-up (MiB): {rep.rss_growth()}")
+    lines += [f"error: {e}" for e in rep.errors[:20]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=30)
+    parser.add_argument("--vms", type=int, default=20)
+    parser.add_argument("--max-kills", type=int, default=0, help="default: one per minute")
+    parser.add_argument("--kill-every", type=float, default=60.0, help="mean seconds")
+    parser.add_argument("--import-seconds", type=float, default=2.0)
+    parser.add_argument("--visibility-timeout", type=int, default=8)
+    parser.add_argument("--sample-every", type=float, default=60.0)
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ff-soak-") as tmp:
+        rep = run_soak(
+            Path(tmp),
+            args.minutes,
+            args.vms,
+            args.max_kills or max(1, int(args.minutes)),
+            args.kill_every,
+            args.import_seconds,
+            args.visibility_timeout,
+            args.sample_every,
+        )
+    print(format_report(rep))
+    if args.json:
+        args.json.write_text(json.dumps(asdict(rep), indent=2))
+    return 0 if rep.lost == 0 and rep.duplicated == 0 and rep.cycles_ok > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
