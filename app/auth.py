@@ -206,9 +206,7 @@ def install(app: Flask) -> None:
     def _authenticate():
         g.user = None
         g.session_id = None
-        if request.path in OPEN_PATHS or (
-            request.path in LOGIN_PATHS and request.method == "POST"
-        ):
+        if request.path in OPEN_PATHS or (request.path in LOGIN_PATHS and request.method == "POST"):
             return
         users: UserDB = current_app.extensions["fleetfish.users"]
         token = request.headers.get("X-Auth-Token")

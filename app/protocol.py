@@ -103,7 +103,8 @@ def json_body(*, allow_empty: bool = True) -> dict[str, Any]:
         raise RedfishError(415, "HeaderInvalid", [f"Content-Type: {request.content_type}"])
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        # RecursionError: nesting deeper than the interpreter's stack (a few KiB of "[[[[...").
         raise RedfishError(400, "MalformedJSON") from None
     if not isinstance(data, dict):
         raise RedfishError(400, "UnrecognizedRequestBody")

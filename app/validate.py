@@ -18,6 +18,11 @@ class Param:
     nullable: bool = False
 
 
+def pointer(*segments: str) -> str:
+    """A JSON pointer (RFC 6901) in Redfish's ``#/A/B`` form, ``~`` and ``/`` escaped."""
+    return "#/" + "/".join(s.replace("~", "~0").replace("/", "~1") for s in segments)
+
+
 def _is_type(value: Any, kind: type) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
@@ -42,22 +47,24 @@ def action_params(action: str, body: dict[str, Any], spec: dict[str, Param]) -> 
     errors: list[dict] = []
     for name in body:
         if name not in spec:
-            errors.append(message("ActionParameterUnknown", [action, name], [f"#/{name}"]))
+            errors.append(message("ActionParameterUnknown", [action, name], [pointer(name)]))
     for name, param in spec.items():
         if name not in body:
             if param.required:
-                errors.append(message("ActionParameterMissing", [action, name], [f"#/{name}"]))
+                errors.append(message("ActionParameterMissing", [action, name], [pointer(name)]))
             continue
         value = body[name]
         if value is None and param.nullable:
             continue
         if not _is_type(value, param.kind):
             errors.append(
-                message("ActionParameterValueTypeError", [show(value), name, action], [f"#/{name}"])
+                message(
+                    "ActionParameterValueTypeError", [show(value), name, action], [pointer(name)]
+                )
             )
         elif param.allowed and value not in param.allowed:
             errors.append(
-                message("ActionParameterValueNotInList", [value, name, action], [f"#/{name}"])
+                message("ActionParameterValueNotInList", [value, name, action], [pointer(name)])
             )
     _raise(errors)
     return {k: v for k, v in body.items() if v is not None}
@@ -72,22 +79,24 @@ def patch_object(
     """Check one level of a PATCH body; returns (accepted values, error messages)."""
     accepted: dict[str, Any] = {}
     errors: list[dict] = []
+    parents = [p for p in prefix.split("/") if p]
     for name, value in body.items():
         path = f"{prefix}{name}"
+        related = [pointer(*parents, name)]
         if name in writable:
             param = writable[name]
             if value is None and param.nullable:
                 accepted[name] = None
             elif not _is_type(value, param.kind):
-                errors.append(message("PropertyValueTypeError", [show(value), path], [f"#/{path}"]))
+                errors.append(message("PropertyValueTypeError", [show(value), path], related))
             elif param.allowed and value not in param.allowed:
-                errors.append(message("PropertyValueNotInList", [value, path], [f"#/{path}"]))
+                errors.append(message("PropertyValueNotInList", [value, path], related))
             else:
                 accepted[name] = value
         elif name in readonly or name.startswith("@") or "@" in name:
-            errors.append(message("PropertyNotWritable", [path], [f"#/{path}"]))
+            errors.append(message("PropertyNotWritable", [path], related))
         else:
-            errors.append(message("PropertyUnknown", [path], [f"#/{path}"]))
+            errors.append(message("PropertyUnknown", [path], related))
     return accepted, errors
 
 

@@ -11,6 +11,7 @@ from app.errors import RedfishError, message
 from app.protocol import collection, json_body, no_content, resource
 from app.resources.task_service import iso
 from app.sessions import Sessions
+from app.validate import pointer, show
 
 log = logging.getLogger("fleetfish.api")
 bp = Blueprint("session_service", __name__)
@@ -69,9 +70,11 @@ def login():
     errors = []
     for name in ("UserName", "Password"):
         if name not in body:
-            errors.append(message("PropertyMissing", [name], [f"#/{name}"]))
+            errors.append(message("PropertyMissing", [name], [pointer(name)]))
         elif not isinstance(body[name], str):
-            errors.append(message("PropertyValueTypeError", [str(body[name]), name], [f"#/{name}"]))
+            errors.append(
+                message("PropertyValueTypeError", [show(body[name]), name], [pointer(name)])
+            )
     if errors:
         raise RedfishError(
             400,

@@ -6,15 +6,14 @@ the request came through, so every @odata.id and action target stays under that 
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-from urllib.parse import urlsplit, urlunsplit
 
 from flask import Blueprint, request
 
 from app import dispatch
 from app.context import celery, not_found, settings, store, visible_system
 from app.errors import RedfishError
+from app.image_url import ImageURL, host_allowed, parse, redact
 from app.protocol import collection, json_body, no_content, resource
 from app.resources.task_service import accepted
 from app.validate import Param, action_params
@@ -51,20 +50,6 @@ def _device(device: str) -> str:
     return device
 
 
-def redact(url: str) -> str:
-    """The image URL without user:password@ (credentials are never shown)."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def render_media(system_id: str, device: str, media: dict[str, str]) -> dict:
     uri = f"{_base(system_id)}/{device}"
     inserted = media.get("inserted") == "1"
@@ -73,7 +58,7 @@ def render_media(system_id: str, device: str, media: dict[str, str]) -> dict:
     status: dict = {"State": media.get("state") or "Enabled", "Health": health}
     if health != "OK" and media.get("message"):
         status["Conditions"] = [{"Message": media["message"], "Severity": health}]
-    protocol = media.get("transfer_protocol") or (urlsplit(image).scheme.upper() if image else "")
+    protocol = media.get("transfer_protocol") or image.partition("://")[0].upper()
     return {
         "@odata.id": uri,
         "@odata.type": "#VirtualMedia.v1_6_5.VirtualMedia",
@@ -117,36 +102,18 @@ def media(system_id: str, device: str):
     return resource(render_media(system_id, device, store().get_media(system_id, device)))
 
 
-def check_image(image: str) -> None:
-    parts = urlsplit(image)
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+def check_image(image: str) -> ImageURL:
+    """The parsed image URL; 400 when it is not http(s) or its host is not allowed (SSRF guard)."""
+    checked = parse(image)
+    if checked is None:
         raise RedfishError(
             400, "ActionParameterValueFormatError", [redact(image), "Image", INSERT], ["#/Image"]
         )
     allow = settings().image_allowlist
-    if allow and not host_allowed(parts.hostname, allow):
-        log.info("fleetfish.api image host %s not in the allow-list", parts.hostname)
+    if allow and not host_allowed(checked.host, allow):
+        log.info("fleetfish.api image host %s not in the allow-list", checked.host)
         raise RedfishError(400, "ActionParameterValueError", ["Image", INSERT], ["#/Image"])
-
-
-def host_allowed(host: str, allowlist: tuple[str, ...]) -> bool:
-    """Entries are host names (".example.com" also matches subdomains) or CIDRs for IP-literal hosts."""
-    host = host.lower()
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    for entry in allowlist:
-        entry = entry.strip().lower()
-        if address is not None:
-            try:
-                if address in ipaddress.ip_network(entry, strict=False):
-                    return True
-            except ValueError:
-                pass
-        if host == entry or (entry.startswith(".") and host.endswith(entry)):
-            return True
-    return False
+    return checked
 
 
 @bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{INSERT}")
@@ -154,11 +121,18 @@ def insert_media(system_id: str, device: str):
     visible_system(system_id)
     device = _device(device)
     params = action_params(INSERT, json_body(), INSERT_PARAMS)
-    image = params["Image"]
-    check_image(image)
+    checked = check_image(params["Image"])
+    # Credentials in the URL are handled like UserName/Password (explicit ones win), so the URL
+    # that is stored, queued and shown carries none.
+    image = checked.url
+    username = params.get("UserName") or checked.username
+    password = params.get("Password") or checked.password
     st = store()
     current = st.get_media(system_id, device)
-    if current.get("image") == image and current.get("inserted") == "1":
+    same_credentials = st.media_credentials(system_id, device) == (
+        {"username": username, "password": password} if username or password else {}
+    )
+    if current.get("image") == image and current.get("inserted") == "1" and same_credentials:
         if current.get("state") in PENDING_STATES:
             if current.get("task"):
                 return accepted(current["task"])
@@ -174,8 +148,8 @@ def insert_media(system_id: str, device: str):
         inserted=params.get("Inserted", True),
         transfer_protocol=params.get("TransferProtocolType", ""),
         transfer_method=params.get("TransferMethod", ""),
-        username=params.get("UserName", ""),
-        password=params.get("Password", ""),
+        username=username,
+        password=password,
     )
     build = canvas.legacy_media_chain if settings().legacy_sequential else canvas.insert_media_chord
     gen = began["gen"]
@@ -187,7 +161,7 @@ def insert_media(system_id: str, device: str):
     st.update_task(task_id, celery_id=result.id)
     log.info(
         "fleetfish.api InsertMedia %s gen=%s task=%s system=%s",
-        redact(image),
+        image,
         gen,
         task_id,
         system_id,
