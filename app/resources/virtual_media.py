@@ -6,6 +6,9 @@ the request came through, so every @odata.id and action target stays under that 
 
 from __future__ import annotations
 
+import functools
+import hmac
+import json
 import logging
 
 from flask import Blueprint, request
@@ -129,8 +132,9 @@ def insert_media(system_id: str, device: str):
     password = params.get("Password") or checked.password
     st = store()
     current = st.get_media(system_id, device)
-    same_credentials = st.media_credentials(system_id, device) == (
-        {"username": username, "password": password} if username or password else {}
+    same_credentials = _same_credentials(
+        st.media_credentials(system_id, device),
+        {"username": username, "password": password} if username or password else {},
     )
     if current.get("image") == image and current.get("inserted") == "1" and same_credentials:
         if current.get("state") in PENDING_STATES:
@@ -167,6 +171,12 @@ def insert_media(system_id: str, device: str):
         system_id,
     )
     return accepted(task_id)
+
+
+def _same_credentials(stored: dict[str, str], given: dict[str, str]) -> bool:
+    """Constant-time comparison: the stored credentials are secrets too."""
+    encode = functools.partial(json.dumps, sort_keys=True)
+    return hmac.compare_digest(encode(stored).encode(), encode(given).encode())
 
 
 def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:

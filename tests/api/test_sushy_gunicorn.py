@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-
 import pytest
 import requests
 import sushy
@@ -23,46 +20,6 @@ def gunicorn(redis_url, users_file, store, tmp_path):
     store.put_system(mirror_doc(make_vm("lab-a", "ostest-master-0", labels=LAB_LABELS), None))
     with running_gunicorn(redis_url, users_file, tmp_path) as (port, log_path):
         yield f"http://127.0.0.1:{port}", log_path
-
-
-@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make a certificate")
-def test_tls_when_certificate_and_key_are_set(redis_url, users_file, store, tmp_path):
-    store.put_system(mirror_doc(make_vm("lab-a", "ostest-master-0"), None))
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    env = {"FLEETFISH_TLS_CERT": str(cert), "FLEETFISH_TLS_KEY": str(key)}
-    with running_gunicorn(redis_url, users_file, tmp_path, **env) as (port, _):
-        root = requests.get(f"https://127.0.0.1:{port}/redfish/v1/", verify=str(cert), timeout=10)
-        assert root.status_code == 200
-        systems = requests.get(
-            f"https://127.0.0.1:{port}/redfish/v1/Systems",
-            auth=("admin", PASSWORDS["admin"]),
-            verify=str(cert),
-            timeout=10,
-        )
-        assert systems.json()["Members@odata.count"] == 1
 
 
 def test_ironic_sequence_with_sushy(gunicorn, redis_url, store):

@@ -1,0 +1,119 @@
+"""The SSRF guard on InsertMedia: http/https only, and FLEETFISH_IMAGE_ALLOWLIST (names, CIDRs)."""
+
+from __future__ import annotations
+
+import pytest
+from api_helpers import ADMIN, INSERT_URI, SYS
+from security_helpers import error_ids
+
+from app import create_app
+from app.image_url import host_allowed, parse
+from fleetfish.settings import Settings
+
+ALLOW = ("iso.example.com", ".images.example.org", "192.0.2.0/24", "2001:db8::/32", "10.1.2.3")
+
+
+@pytest.fixture
+def guarded(redis_url, users_file, systems):
+    settings = Settings(redis_url=redis_url, users_file=users_file, image_allowlist=ALLOW)
+    return create_app(settings).test_client()
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "file:///etc/passwd",
+        "ftp://iso.example.com/x.iso",
+        "gopher://iso.example.com:70/x",
+        "dict://iso.example.com:11211/stats",
+        "data:text/plain,hello",
+        "javascript:alert(1)",
+        "//iso.example.com/x.iso",
+        "iso.example.com/x.iso",
+        "http:///x.iso",
+        "http:\\\\iso.example.com\\x.iso",
+    ],
+)
+def test_only_http_and_https_urls(client, systems, store, image):
+    resp = client.post(INSERT_URI, json={"Image": image}, headers=ADMIN)
+    assert resp.status_code == 400
+    assert error_ids(resp) == ["ActionParameterValueFormatError"]
+    assert store.get_media(SYS).get("image", "") == ""
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "http://iso.example.com/x.iso",
+        "HTTPS://ISO.EXAMPLE.COM/x.iso",
+        "http://iso.example.com./x.iso",  # trailing dot: the same name
+        "https://a.images.example.org/x.iso",
+        "https://a.b.images.example.org:8443/x.iso",
+        "http://192.0.2.77/x.iso",
+        "http://10.1.2.3:8080/x.iso",  # a single address is a /32
+        "http://[2001:db8::10]/x.iso",
+        "http://[::ffff:192.0.2.5]/x.iso",  # IPv4-mapped IPv6 is the IPv4 address
+        "http://evil.example.net@iso.example.com/x.iso",  # user info is not the host
+        "http://u:p@192.0.2.1/x.iso",
+    ],
+)
+def test_allow_list_admits(guarded, image):
+    assert guarded.post(INSERT_URI, json={"Image": image}, headers=ADMIN).status_code == 202
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "http://iso.example.com@evil.example.net/x.iso",  # the host is evil.example.net
+        "http://iso.example.com:80@evil.example.net/x.iso",
+        "http://iso.example.com%40evil.example.net/x.iso",
+        "http://iso.example.com.evil.example.net/x.iso",
+        "http://xiso.example.com/x.iso",
+        "http://images.example.org.evil.net/x.iso",
+        "http://evilimages.example.org/x.iso",  # ".images.example.org" needs the dot
+        "http://198.51.100.1/x.iso",
+        "http://192.0.3.1/x.iso",
+        "http://127.0.0.1/x.iso",
+        "http://[::1]/x.iso",
+        "http://[2001:db9::1]/x.iso",
+        "http://[::ffff:127.0.0.1]/x.iso",
+        "http://169.254.169.254/latest/meta-data/",
+        # Names are never resolved: a name whose address is inside a listed CIDR is refused,
+        # as are other spellings of an address that a fetcher might resolve or parse.
+        "http://localhost/x.iso",
+        "http://2130706433/x.iso",
+        "http://0x7f.1/x.iso",
+        "http://0300.0000.0002.0001/x.iso",
+        "http://192.0.2.1.nip.io/x.iso",
+        "http://evil.example.net#@iso.example.com/x.iso",
+        "http://evil.example.net\\@iso.example.com/x.iso",
+    ],
+)
+def test_allow_list_refuses(guarded, store, image):
+    resp = guarded.post(INSERT_URI, json={"Image": image}, headers=ADMIN)
+    assert resp.status_code == 400, image
+    assert error_ids(resp)[0] in ("ActionParameterValueError", "ActionParameterValueFormatError")
+    assert store.get_media(SYS).get("image", "") == ""
+
+
+def test_without_an_allow_list_any_http_host_is_accepted(client, systems):
+    """Documented default: no allow-list means no host restriction (set one in production)."""
+    resp = client.post(INSERT_URI, json={"Image": "http://127.0.0.1/x.iso"}, headers=ADMIN)
+    assert resp.status_code == 202
+
+
+def test_matching_rules():
+    assert host_allowed("iso.example.com", ALLOW)
+    assert not host_allowed("example.com", (".example.com",))
+    assert host_allowed("a.example.com", (".example.com",))
+    assert host_allowed("192.0.2.1", ("192.0.2.0/24",))
+    assert not host_allowed("192.0.2.1", ("192.0.2.1.example.com",))
+    assert not host_allowed("fe80::1", ("192.0.2.0/24",))
+    assert not host_allowed("anything", ("not a cidr/99", ""))
+    assert parse("http://u%40x:p%3Aw@h/x.iso").username == "u@x"
+    assert parse("http://u%40x:p%3Aw@h/x.iso").password == "p:w"
+    assert parse("http://u:p@h/x.iso").url == "http://h/x.iso"
+    assert parse("http://h:65536/x.iso") is None
+    assert parse("http://[::1/x.iso") is None
+    assert parse("http://\u0435xample.com/x.iso") is None  # Cyrillic e: use punycode
+    assert parse("http://xn--xample-2of.com/x.iso") is not None
