@@ -78,13 +78,14 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     @app.after_request
     def _log(resp):
-        log.debug(
-            "fleetfish.api %s %s -> %s system=%s",
-            request.method,
-            request.path,
-            resp.status_code,
-            (request.view_args or {}).get("system_id", "-"),
-        )
+        if log.isEnabledFor(logging.DEBUG):  # skip building the arguments on the hot path
+            log.debug(
+                "fleetfish.api %s %s -> %s system=%s",
+                request.method,
+                request.path,
+                resp.status_code,
+                (request.view_args or {}).get("system_id", "-"),
+            )
         return resp
 
     app.wsgi_app = protocol.StripTrailingSlash(app.wsgi_app)

@@ -151,16 +151,26 @@ class UserDB:
         self._reload()
         return sorted(self._users.values(), key=lambda u: u.name)
 
+    def _digest(self, name: str, password: str, user: User) -> bytes:
+        material = b"\0".join([name.encode(), password.encode(), user.password_hash])
+        return hmac.new(self._key, material, hashlib.sha256).digest()
+
+    def cached(self, name: str, password: str) -> User | None:
+        """The user when these exact credentials were verified less than CACHE_TTL ago."""
+        user = self.get(name)
+        cached = self._cache.get(name)
+        if user is None or not cached or cached[1] <= time.monotonic():
+            return None
+        return user if hmac.compare_digest(cached[0], self._digest(name, password, user)) else None
+
     def verify(self, name: str, password: str) -> User | None:
+        hit = self.cached(name, password)
+        if hit is not None:
+            return hit
         user = self.get(name)
         if user is None:
             bcrypt.checkpw(password.encode(), _DUMMY_HASH)
             return None
-        material = b"\0".join([name.encode(), password.encode(), user.password_hash])
-        digest = hmac.new(self._key, material, hashlib.sha256).digest()
-        cached = self._cache.get(name)
-        if cached and cached[1] > time.monotonic() and hmac.compare_digest(cached[0], digest):
-            return user
         if user.password_hash:
             try:
                 ok = bcrypt.checkpw(password.encode(), user.password_hash)
@@ -174,7 +184,7 @@ class UserDB:
         with self._lock:
             if len(self._cache) > 4096:
                 self._cache.clear()
-            self._cache[name] = (digest, time.monotonic() + CACHE_TTL)
+            self._cache[name] = (self._digest(name, password, user), time.monotonic() + CACHE_TTL)
         return user
 
 
@@ -185,15 +195,29 @@ def unauthorized() -> RedfishError:
 
 
 def check_password(name: str, password: str) -> User | None:
-    """Verify credentials through the lock-out: a locked user is refused even with the right password."""
+    """Verify credentials through the lock-out: a locked user is refused even with the right password.
+
+    Fast path (Ironic sends Basic credentials on every request): credentials verified recently
+    in this process, for a user this process saw unlocked within the last second, cost no bcrypt
+    and no Redis round trip.
+    """
     ext = current_app.extensions
     lockout = ext["fleetfish.lockout"]
+    users: UserDB = ext["fleetfish.users"]
+    if lockout.recently_clear(name):
+        user = users.cached(name, password)
+        if user is not None:
+            return user
     if lockout.locked(name):
+        lockout.forget(name)
         log.info("fleetfish.api login refused for locked-out user %r", name)
         return None
-    user = ext["fleetfish.users"].verify(name, password)
-    if user is None and lockout.failed(name):
-        log.warning("fleetfish.api user %r locked out after repeated failed logins", name)
+    user = users.verify(name, password)
+    if user is None:
+        if lockout.failed(name):
+            log.warning("fleetfish.api user %r locked out after repeated failed logins", name)
+        return None
+    lockout.remember_clear(name)
     return user
 
 

@@ -28,10 +28,17 @@ def schema_link(odata_type: str) -> str:
 
 
 def compute_etag(body: dict) -> str:
-    """Strong ETag of a rendered resource (stable: keys sorted, the etag itself left out)."""
+    """Strong ETag of a rendered resource: a hash of its JSON without the etag itself.
+
+    Rendering is deterministic (same code, same key order), so the text is stable without
+    sort_keys; ``resource`` hashes the very text it sends, encoding the body only once.
+    """
     payload = {k: v for k, v in body.items() if k != "@odata.etag"}
-    digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
-    return f'"{digest}"'
+    return _etag_of(json.dumps(payload))
+
+
+def _etag_of(text: str) -> str:
+    return f'"{hashlib.sha256(text.encode()).hexdigest()[:20]}"'
 
 
 def finalize(body: dict, *, etag: bool = True) -> dict:
@@ -53,12 +60,19 @@ def resource(
     etag: bool = True,
 ) -> Response:
     """A Redfish resource response: @odata.context/etag filled in, ETag/Allow/Link headers set."""
-    body = finalize(body, etag=etag)
-    odata_type = body.get("@odata.type", "")
-    resp = Response(json.dumps(body, indent=None), status=status, mimetype=JSON_MIMETYPE)
+    body = finalize(body, etag=False)
+    body.pop("@odata.etag", None)
+    text = json.dumps(body)
+    tag = ""
     if etag:
-        resp.headers["ETag"] = body["@odata.etag"]
+        tag = _etag_of(text)
+        # Append "@odata.etag" as the last member: the same document finalize() builds.
+        text = f"{text[:-1]}, {json.dumps('@odata.etag')}: {json.dumps(tag)}}}" if body else text
+    resp = Response(text, status=status, mimetype=JSON_MIMETYPE)
+    if tag:
+        resp.headers["ETag"] = tag
     resp.headers["Allow"] = ", ".join(allow)
+    odata_type = body.get("@odata.type", "")
     if odata_type:
         resp.headers["Link"] = f"<{schema_link(odata_type)}>; rel=describedby"
     for name, value in (headers or {}).items():

@@ -25,6 +25,9 @@ KEY_SESSIONS = f"{PREFIX}sessions"
 LOCKOUT_THRESHOLD = 5
 LOCKOUT_WINDOW = 60
 LOCKOUT_SECONDS = 60
+# After a successful login a process skips the lock-out lookup for that user this long; a lock-out
+# set by another process reaches credentials this process already verified within this time.
+CLEAR_MEMO_SECONDS = 1.0
 
 
 def _hash(token: str) -> str:
@@ -105,9 +108,22 @@ class Lockout:
 
     def __init__(self, client: redis.Redis):
         self.r = client
+        self._clear_until: dict[str, float] = {}
 
     def locked(self, user: str) -> bool:
         return bool(self.r.exists(f"{PREFIX}authlock:{user}"))
+
+    def recently_clear(self, user: str) -> bool:
+        """True when this process saw ``user`` log in unlocked less than CLEAR_MEMO_SECONDS ago."""
+        return self._clear_until.get(user, 0.0) > time.monotonic()
+
+    def remember_clear(self, user: str) -> None:
+        if len(self._clear_until) > 4096:
+            self._clear_until.clear()
+        self._clear_until[user] = time.monotonic() + CLEAR_MEMO_SECONDS
+
+    def forget(self, user: str) -> None:
+        self._clear_until.pop(user, None)
 
     def failed(self, user: str) -> bool:
         """Count one failure; True when it locked the user out."""
@@ -117,6 +133,7 @@ class Lockout:
         pipe.set(key, 0, ex=LOCKOUT_WINDOW, nx=True)
         pipe.incr(key)
         count = pipe.execute()[1]
+        self.forget(user)
         if count >= LOCKOUT_THRESHOLD:
             pipe = self.r.pipeline()
             pipe.set(f"{PREFIX}authlock:{user}", "1", ex=LOCKOUT_SECONDS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app.context import store, visible_system, visible_systems
+from app.context import visible_system_with, visible_systems
 from app.protocol import collection, resource
 from fleetfish.mirror import power_state
 
@@ -41,5 +41,5 @@ def chassis_collection():
 
 @bp.get(f"{CHASSIS}/<system_id>")
 def chassis(system_id: str):
-    doc = visible_system(system_id)
-    return resource(render_chassis(doc, store().get_power(system_id)))
+    doc, power = visible_system_with(system_id, "power")
+    return resource(render_chassis(doc, power))

@@ -7,7 +7,14 @@ import logging
 from flask import Blueprint, current_app
 
 from app import dispatch
-from app.context import celery, settings, store, visible_system, visible_systems
+from app.context import (
+    celery,
+    settings,
+    store,
+    visible_system,
+    visible_system_with,
+    visible_systems,
+)
 from app.errors import RedfishError, message
 from app.protocol import collection, finalize, if_match_ok, json_body, resource
 from app.resources.task_service import accepted
@@ -109,9 +116,8 @@ def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dic
 
 
 def _current(system_id: str) -> dict:
-    doc = visible_system(system_id)
-    st = store()
-    return render_system(doc, st.get_power(system_id), st.get_boot(system_id))
+    doc, power, boot = visible_system_with(system_id, "power", "boot")
+    return render_system(doc, power, boot)
 
 
 @bp.get(SYSTEMS)

@@ -14,7 +14,14 @@ import logging
 from flask import Blueprint, request
 
 from app import dispatch
-from app.context import celery, not_found, settings, store, visible_system
+from app.context import (
+    celery,
+    not_found,
+    settings,
+    store,
+    visible_system,
+    visible_system_with,
+)
 from app.errors import RedfishError
 from app.image_url import ImageURL, host_allowed, parse, redact
 from app.protocol import collection, json_body, no_content, resource
@@ -100,9 +107,11 @@ def media_collection(system_id: str):
 
 @bp.get("/<system_id>/VirtualMedia/<device>")
 def media(system_id: str, device: str):
-    visible_system(system_id)
-    device = _device(device)
-    return resource(render_media(system_id, device, store().get_media(system_id, device)))
+    if device not in DEVICES:
+        visible_system(system_id)  # an unknown system is the 404 to report first
+        _device(device)
+    _, media = visible_system_with(system_id, "media")
+    return resource(render_media(system_id, device, media))
 
 
 def check_image(image: str) -> ImageURL:

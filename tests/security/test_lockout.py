@@ -79,3 +79,26 @@ def test_attempts_during_the_lock_out_do_not_extend_it(client, store, systems, m
         client.get(SYS_URI, headers=_basic("operator", "wrong"))
     assert store.r.pttl("ff:authlock:operator") <= ttl
     assert not store.r.exists("ff:authfail:operator")
+
+
+def test_a_lock_out_from_another_process_applies_within_a_second(
+    app, redis_url, users_file, systems
+):
+    """Each process skips the lock-out lookup for CLEAR_MEMO_SECONDS after a good login."""
+    from app import create_app
+    from fleetfish.settings import Settings
+
+    here = app.test_client()
+    elsewhere = create_app(Settings(redis_url=redis_url, users_file=users_file)).test_client()
+    assert here.get(SYS_URI, headers=basic("operator")).status_code == 200  # cached here
+    for _ in range(5):
+        elsewhere.get(SYS_URI, headers=_basic("operator", "wrong"))
+    started = time.monotonic()
+    deadline = started + 5
+    while (
+        time.monotonic() < deadline
+        and here.get(SYS_URI, headers=basic("operator")).status_code == 200
+    ):
+        time.sleep(0.05)
+    assert here.get(SYS_URI, headers=basic("operator")).status_code == 401
+    assert time.monotonic() - started < sessions_mod.CLEAR_MEMO_SECONDS + 0.5
