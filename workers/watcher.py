@@ -20,6 +20,7 @@ import uuid
 from fleetfish.mirror import mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
+from workers import reaper
 from workers.kubevirt import VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
 
 log = logging.getLogger("fleetfish.watcher")
@@ -32,6 +33,8 @@ WATCH_SECONDS = 30
 MAX_BACKOFF = 10.0
 # Consecutive failed watch reconnects before the whole state is listed again.
 RELIST_AFTER = 5
+# Pending media untouched for this many visibility timeouts lost its message: send it again.
+STALE_MEDIA_TIMEOUTS = 4
 
 _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = (
@@ -63,6 +66,8 @@ class Watcher:
         self._relist = threading.Event()
         self._handles: list = []
         self._threads: list[threading.Thread] = []
+        self.send_chord: reaper.SendChord | None = None
+        self._next_reap = 0.0
 
     # -- lease -------------------------------------------------------------------------------
 
@@ -113,6 +118,7 @@ class Watcher:
             if self._relist.is_set():
                 self._stop_session()
                 self._start_session()
+            self._reap()
             self.stop_event.wait(0.1)
         self._stop_session()
         if self.holding:
@@ -122,6 +128,17 @@ class Watcher:
 
     def stop(self) -> None:
         self.stop_event.set()
+
+    def _reap(self) -> None:
+        """Once per visibility timeout, while holding the lease: re-send stalled media work."""
+        if self.send_chord is None or time.monotonic() < self._next_reap:
+            return
+        vt = self.settings.visibility_timeout
+        self._next_reap = time.monotonic() + vt
+        try:
+            reaper.resend_stalled(self.store, self.send_chord, STALE_MEDIA_TIMEOUTS * vt)
+        except Exception as exc:  # Redis or broker away: the next round tries again
+            log.warning("stalled media check failed: %s", exc)
 
     # -- sync session ------------------------------------------------------------------------
 
@@ -232,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     store = Store.from_url(settings.redis_url)
     watcher = Watcher(settings, store, KubeVirt.from_settings(settings))
+    if not settings.legacy_sequential:  # the legacy chain holds its lock for a whole import
+        watcher.send_chord = reaper.celery_sender(settings)
 
     def _terminate(signum, _frame):
         log.info("signal %s: stopping", signum)

@@ -35,6 +35,9 @@ def test_worker_host_cut_off_mid_run_the_other_host_finishes(tmp_path):
         images = {system_id(vm): f"{lab.iso_url}/images/multihost-{vm}.iso" for vm in vms}
         user, password = lab.credentials
         ironic = IronicLike(lab.redfish_url, user, password)
+        # VM writes (boot override, attach) answer slowly, so both hosts are seen holding work.
+        fault = {"method": "PUT", "path_regex": "/virtualmachines/[^/]+$", "count": 2 * VMS}
+        requests.post(f"{lab.kube_url}/lab/faults", json=fault | {"delay_seconds": 3}, timeout=5)
         since = time.time()
         # Cut worker host 1 as soon as it holds media work of some node.
         cut = {}
