@@ -1,0 +1,78 @@
+"""DMTF's redfishtool CLI against a real gunicorn: root, Systems, one system, reset, boot override."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from api_gunicorn import running_gunicorn
+from api_helpers import PASSWORDS, SYS, Queues
+
+REDFISHTOOL = shutil.which("redfishtool", path=str(Path(sys.executable).parent)) or shutil.which(
+    "redfishtool"
+)
+pytestmark = pytest.mark.skipif(REDFISHTOOL is None, reason="pip install redfishtool")
+
+
+@pytest.fixture
+def tool(redis_url, users_file, systems, tmp_path):
+    with running_gunicorn(redis_url, users_file, tmp_path) as (port, _):
+
+        def run(*args: str, password: str = PASSWORDS["admin"], auth: str = "Basic"):
+            cmd = [REDFISHTOOL, "-r", f"127.0.0.1:{port}", "-u", "admin", "-p", password]
+            cmd += ["-S", "Never", "-A", auth, "-T", "10", *args]
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+        yield run
+
+
+def _json(result) -> dict:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_root_and_systems(tool):
+    assert _json(tool("root"))["Id"] == "RootService"
+    members = [m["@odata.id"] for m in _json(tool("Systems"))["Members"]]
+    assert f"/redfish/v1/Systems/{SYS}" in members and len(members) == 3
+    listed = _json(tool("Systems", "list"))
+    assert {m["Id"] for m in listed["Members"]} == {s.rsplit("/", 1)[-1] for s in members}
+
+
+def test_one_system_and_its_parts(tool):
+    system = _json(tool("Systems", "-I", SYS))
+    assert system["Id"] == SYS and system["PowerState"] == "Off"
+    assert _json(tool("Systems", "-I", SYS, "-P", "PowerState")) == {"PowerState": "Off"}
+    cpus = _json(tool("Systems", "-I", SYS, "Processors", "list"))
+    assert [m["Id"] for m in cpus["Members"]] == ["CPU1"]
+    assert _json(tool("Managers", "-I", SYS))["Id"] == SYS
+    assert _json(tool("Chassis", "-I", SYS))["Id"] == SYS
+
+
+def test_reset_on_queues_the_power_action(tool, redis_url, store):
+    # -N: do not follow the task monitor (no worker runs here, so the task never ends).
+    result = tool("-N", "Systems", "-I", SYS, "reset", "On")
+    assert result.returncode == 0, result.stderr
+    assert Queues(redis_url).names("fleetfish.power") == ["power.reset"]
+    tasks = [store.get_task(t) for t in store.task_ids()]
+    assert [(t["name"], t["system"]) for t in tasks] == [("Reset On", SYS)]
+
+
+def test_set_boot_override(tool, store):
+    patched = _json(tool("Systems", "-I", SYS, "setBootOverride", "Once", "Cd"))
+    assert patched["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    assert store.get_boot(SYS)["enabled"] == "Once" and store.get_boot(SYS)["target"] == "Cd"
+
+
+def test_session_auth_logs_out_afterwards(tool, store):
+    assert _json(tool("Systems", "list", auth="Session"))["Members@odata.count"] == 3
+    assert list(store.r.scan_iter("ff:sess:*")) == []
+
+
+def test_wrong_password_fails_with_401(tool):
+    result = tool("Systems", password="wrong")
+    assert result.returncode != 0 and "401" in result.stderr
