@@ -1,0 +1,38 @@
+"""The API process stays small: no Kubernetes client, worker code or task bodies, bounded RSS."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+FORBIDDEN = ("kubernetes", "workers", "tasks.media", "tasks.power", "tasks.boot", "requests")
+PROBE = """
+import json, sys, resource
+from app import create_app
+from fleetfish.settings import Settings
+app = create_app(Settings(redis_url=sys.argv[1]))
+client = app.test_client()
+client.get("/redfish/v1/")
+client.get("/redfish/v1/Systems", headers={"Authorization": "Basic YTpi"})
+rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({"modules": sorted(sys.modules), "max_rss_mib": rss_kib / 1024}))
+"""
+
+
+def test_api_imports_no_cluster_or_worker_code_and_stays_small(redis_url):
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, redis_url],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    loaded = [m for m in report["modules"] if m.split(".")[0] in FORBIDDEN or m in FORBIDDEN]
+    assert loaded == []
+    # About 55 MiB today (Flask, redis-py, Celery's client side); a jump means a heavy import.
+    assert report["max_rss_mib"] < 90, report["max_rss_mib"]
