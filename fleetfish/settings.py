@@ -47,6 +47,8 @@ class Settings:
     cdrom_disk: str = "cdrom"
     # Reproduces the service fleetfish replaces: media work serialised, Reset never deferred.
     legacy_sequential: bool = False
+    # Run the watcher role inside each worker process instead of a separate watcher process.
+    worker_watch: bool = False
     # Celery
     visibility_timeout: int = 60
     task_result_ttl: int = 86400
@@ -77,6 +79,7 @@ class Settings:
             dv_storage_class=e.get("FLEETFISH_DV_STORAGE_CLASS", ""),
             cdrom_disk=e.get("FLEETFISH_CDROM_DISK", cls.cdrom_disk),
             legacy_sequential=_bool(e.get("FLEETFISH_LEGACY_SEQUENTIAL"), False),
+            worker_watch=_bool(e.get("FLEETFISH_WORKER_WATCH"), False),
             visibility_timeout=int(e.get("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout)),
             task_result_ttl=int(e.get("FLEETFISH_TASK_RESULT_TTL", cls.task_result_ttl)),
             log_level=e.get("FLEETFISH_LOG_LEVEL", cls.log_level).upper(),

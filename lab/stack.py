@@ -58,6 +58,7 @@ class LabConfig:
     visibility_timeout: int = 30
     iso_size_mib: int = 4
     tls: bool = False  # serve the API over HTTPS with a generated self-signed certificate
+    watcher_in_workers: bool = False  # the watcher role as a thread of each worker process
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -79,6 +80,7 @@ class LabConfig:
             legacy_sequential=os.environ.get("FLEETFISH_LEGACY_SEQUENTIAL", "") in ("1", "true"),
             visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", 30),
             tls=os.environ.get("LAB_TLS", "") in ("1", "true"),
+            watcher_in_workers=os.environ.get("FLEETFISH_WORKER_WATCH", "") in ("1", "true"),
         )
 
     @classmethod
@@ -264,6 +266,7 @@ class LabStack:
                 "FLEETFISH_VISIBILITY_TIMEOUT": str(cfg.visibility_timeout),
                 "FLEETFISH_API_WORKERS": str(cfg.api_workers),
                 "FLEETFISH_LEGACY_SEQUENTIAL": "1" if cfg.legacy_sequential else "0",
+                "FLEETFISH_WORKER_WATCH": "1" if cfg.watcher_in_workers else "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -325,7 +328,8 @@ class LabStack:
                 self._await_port("isoserver", cfg.iso_port, deadline)
             for i in range(cfg.workers):
                 self._spawn(f"worker{i}", self.worker_command(i))
-            self._spawn("watcher", watcher_command())
+            if not cfg.watcher_in_workers:
+                self._spawn("watcher", watcher_command())
             self._spawn("api", api_command())
             if cfg.flower:
                 self._spawn(

@@ -62,18 +62,45 @@ def _task_postrun(**_kwargs) -> None:
     _context.system = "-"
 
 
+_watchers: list = []
+
+
+def _start_watcher(conf: Settings) -> None:
+    """The watcher role inside this worker: a thread competing for the same Redis lease as
+    every other watcher, so one process fewer per replica and a takeover whenever the holding
+    worker dies."""
+    from workers import reaper
+    from workers.watcher import Watcher
+
+    watcher = Watcher(conf, runtime.store(), runtime.kube())
+    if not conf.legacy_sequential:
+        watcher.send_chord = reaper.celery_sender(conf)
+    thread = threading.Thread(target=watcher.run, name="fleetfish-watcher", daemon=True)
+    thread.start()
+    _watchers.append((watcher, thread))
+    log.info("watcher %s runs in this worker, standing by for the lease", watcher.holder)
+
+
 @signals.worker_ready.connect
 def _worker_ready(sender=None, **_kwargs) -> None:
     conf = runtime.settings()
     log.info(
-        "worker ready: namespaces=%s legacy_sequential=%s",
+        "worker ready: namespaces=%s legacy_sequential=%s watcher_in_worker=%s",
         ",".join(conf.namespaces) or "(all)",
         conf.legacy_sequential,
+        conf.worker_watch,
     )
+    if conf.worker_watch:
+        _start_watcher(conf)
 
 
 @signals.worker_shutdown.connect
 def _worker_shutdown(**_kwargs) -> None:
-    # Warm shutdown already requeued or finished the tasks; only the clients are left.
+    # Warm shutdown already requeued or finished the tasks; the watcher frees its lease and
+    # only the clients are left.
     log.info("worker shutting down")
+    for watcher, thread in _watchers:
+        watcher.stop()
+        thread.join(10)
+    _watchers.clear()
     runtime.close()
