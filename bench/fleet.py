@@ -41,6 +41,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="sushy attempts per request against sushy-tools (Ironic's default is 10; "
         "fewer keep T > 60 s runs bounded)",
     )
+    p.add_argument(
+        "--watcher-in-workers",
+        action="store_true",
+        help="run the watcher role inside the worker processes (FLEETFISH_WORKER_WATCH=1) "
+        "instead of a separate watcher process",
+    )
     p.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench" / "fleet")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -64,7 +70,13 @@ def run_all(args: argparse.Namespace) -> list[dict]:
                 result = run_sushy_tools(count, args.import_seconds, work, args.sushy_attempts)
             else:
                 result = run_lab_mode(
-                    mode, count, args.import_seconds, args.workers, work, args.max_wait
+                    mode,
+                    count,
+                    args.import_seconds,
+                    args.workers,
+                    work,
+                    args.max_wait,
+                    watcher_in_workers=args.watcher_in_workers,
                 )
             # The machine is shared: the load around each run says how far to trust its latencies.
             result["load_average_1m"] = {"before": load_before, "after": os.getloadavg()[0]}

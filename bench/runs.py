@@ -61,7 +61,13 @@ def _latencies(nodes: list[dict]) -> dict:
 
 
 def run_lab_mode(
-    mode: str, count: int, import_seconds: float, workers: int, work_dir: Path, max_wait: float
+    mode: str,
+    count: int,
+    import_seconds: float,
+    workers: int,
+    work_dir: Path,
+    max_wait: float,
+    watcher_in_workers: bool = False,
 ) -> dict:
     """fleetfish as shipped, or its documented legacy mode (one worker, no chord)."""
     sequential = mode == SEQUENTIAL
@@ -72,6 +78,7 @@ def run_lab_mode(
         workers=1 if sequential else workers,
         legacy_sequential=sequential,
         flower=False,
+        watcher_in_workers=watcher_in_workers,
     )
     stack = LabStack(config)
     stack.start(timeout=120 + count)
