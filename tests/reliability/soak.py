@@ -127,7 +127,13 @@ class Soak:
         assert _wait(lambda: rf.system(c.vm)["PowerState"] == "Off", 60), "never off"
         # Ejected: its DataVolumes are being deleted; none may survive for long.
         assert _wait(
-            lambda: not [d for d in datavolumes(self.stack) if c.vm in d["metadata"]["name"]],
+            lambda: (
+                not [
+                    d
+                    for d in datavolumes(self.stack)
+                    if d["metadata"]["name"].startswith(f"ff-{c.vm}-")
+                ]
+            ),
             60,
         ), "DataVolume left after eject"
 

@@ -164,4 +164,7 @@ def test_api_restarted_under_load_answers_cleanly_and_writes_whole_state(stack):
     assert sorted(b["vm"] for b in records) == sorted(vms)
     assert {b["image_url"] for b in records} == set(images.values())
     for vm in vms:
-        assert len([d for d in datavolumes(stack) if vm in d["metadata"]["name"]]) == 1
+        assert (
+            len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")])
+            == 1
+        )

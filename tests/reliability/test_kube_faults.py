@@ -70,7 +70,10 @@ def test_conflicts_errors_and_timeouts_are_retried_and_the_node_boots_once(stack
         wait_for(lambda: rf.system(vm)["PowerState"] == "On", 20, what="On")
         assert faults_left(stack) == []
         assert len([b for b in boots(stack, since) if b["vm"] == vm]) == 1
-        assert len([d for d in datavolumes(stack) if vm in d["metadata"]["name"]]) == 1
+        assert (
+            len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")])
+            == 1
+        )
     finally:
         clear_faults(stack)
 
@@ -141,7 +144,9 @@ def test_vm_deleted_while_its_media_is_pending(stack, rf):
             text = " ".join(m.get("Message", "") for m in task.get("Messages", []))
             assert vm in text and "not found" in text.lower(), task
         wait_for(
-            lambda: not [d for d in datavolumes(stack) if vm in d["metadata"]["name"]],
+            lambda: (
+                not [d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")]
+            ),
             30,
             what="DataVolume of the deleted VM removed",
         )

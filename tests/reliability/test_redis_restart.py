@@ -77,7 +77,10 @@ def test_redis_killed_and_restarted_loses_nothing(stack, rf):
     records = [b for b in boots(stack, since) if b["vm"] in vms]
     assert sorted(b["vm"] for b in records) == sorted(vms), records
     for vm in vms:
-        assert len([d for d in datavolumes(stack) if vm in d["metadata"]["name"]]) == 1
+        assert (
+            len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")])
+            == 1
+        )
     # Both workers are back on the broker and take new work.
     wait_for(lambda: len(active_tasks(stack)) == 2, 30, what="both workers answer")
     assert rf.reset(vms[0], "ForceOff").status_code in (202, 204)

@@ -72,7 +72,9 @@ def check_one_iso_boot(stack, rf, vm: str, image: str, since: float, insert, res
         what="Once override reverted",
     )
     assert [b["vmi_uid"] for b in boots(stack, since) if b["vm"] == vm] == [record["vmi_uid"]]
-    assert len([d for d in datavolumes(stack) if vm in d["metadata"]["name"]]) == 1
+    assert (
+        len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")]) == 1
+    )
 
 
 def held_put_answered_after(stack, path_end: str, killed_at: float) -> bool:
