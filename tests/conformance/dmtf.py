@@ -17,7 +17,21 @@ from pathlib import Path
 from lab.stack import LabConfig, LabStack
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "redfish"
+
+
+def _shared_redfish() -> Path:
+    """The DMTF schema/profile bundle: ../shared next to the checkout, wherever it is cloned."""
+    candidates = (
+        [Path(os.environ["FLEETFISH_SHARED_DIR"])] if "FLEETFISH_SHARED_DIR" in os.environ else []
+    )
+    candidates += [REPO.parent / "shared", Path("/work/shared")]
+    for candidate in candidates:
+        if (candidate / "redfish" / "csdl").is_dir():
+            return candidate / "redfish"
+    raise FileNotFoundError(f"no shared/redfish bundle in {[str(c) for c in candidates]}")
+
+
+SHARED = _shared_redfish()
 BIN = Path(sys.executable).parent
 PROFILE = SHARED / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
 
