@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint install clean bench bench-quick
+.PHONY: lab test lint install clean bench bench-quick stress
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,11 @@ lab: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not stress" $(PYTEST_ARGS)
+
+# Fault tests that still fail now and then (open bugs listed in docs/reliability.md).
+stress: $(STAMP)
+	$(PY) -m pytest -m stress -s $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
