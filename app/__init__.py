@@ -80,7 +80,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     def _log(resp):
         if log.isEnabledFor(logging.DEBUG):  # skip building the arguments on the hot path
             log.debug(
-                "fleetfish.api %s %s -> %s system=%s",
+                "%s %s -> %s system=%s",
                 request.method,
                 request.path,
                 resp.status_code,
@@ -89,5 +89,5 @@ def create_app(settings: Settings | None = None) -> Flask:
         return resp
 
     app.wsgi_app = protocol.StripTrailingSlash(app.wsgi_app)
-    log.info("fleetfish.api ready (redis %s)", settings.redis_url.rsplit("@", 1)[-1])
+    log.info("ready (redis %s)", settings.redis_url.rsplit("@", 1)[-1])
     return app

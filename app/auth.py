@@ -79,16 +79,16 @@ def parse_users(text: str, source: str = "users file") -> dict[str, User]:
         name = str(entry.get("name") or "")
         role = entry.get("role", "ReadOnly")
         if not name or role not in ROLES:
-            log.error("fleetfish.api %s: skipping user %r with role %r", source, name, role)
+            log.error("%s: skipping user %r with role %r", source, name, role)
             continue
         hashed = entry.get("password_hash")
         plain = entry.get("password")
         if not hashed and plain is None:
-            log.error("fleetfish.api %s: user %r has no password_hash, skipped", source, name)
+            log.error("%s: user %r has no password_hash, skipped", source, name)
             continue
         if not hashed:
             log.warning(
-                "fleetfish.api SECURITY WARNING: %s gives user %r a plain-text password; "
+                "SECURITY WARNING: %s gives user %r a plain-text password; "
                 "use password_hash (bcrypt) outside of labs",
                 source,
                 name,
@@ -115,9 +115,7 @@ class UserDB:
         self._key = secrets.token_bytes(32)
         self._cache: dict[str, tuple[bytes, float]] = {}
         if not path:
-            log.warning(
-                "fleetfish.api FLEETFISH_USERS_FILE is not set: every request needing auth gets 401"
-            )
+            log.warning("FLEETFISH_USERS_FILE is not set: every request needing auth gets 401")
         self._reload(force=True)
 
     def _reload(self, force: bool = False) -> None:
@@ -133,7 +131,7 @@ class UserDB:
                 users = parse_users(fh.read(), self.path)
         except (OSError, yaml.YAMLError, ValueError, AttributeError):
             log.exception(
-                "fleetfish.api cannot load users file %s; keeping %d users",
+                "cannot load users file %s; keeping %d users",
                 self.path,
                 len(self._users),
             )
@@ -141,7 +139,7 @@ class UserDB:
         with self._lock:
             self._users, self._mtime = users, mtime
             self._cache.clear()
-        log.info("fleetfish.api loaded %d users from %s", len(users), self.path)
+        log.info("loaded %d users from %s", len(users), self.path)
 
     def get(self, name: str) -> User | None:
         self._reload()
@@ -175,7 +173,7 @@ class UserDB:
             try:
                 ok = bcrypt.checkpw(password.encode(), user.password_hash)
             except ValueError:
-                log.error("fleetfish.api user %r has an invalid bcrypt hash", name)
+                log.error("user %r has an invalid bcrypt hash", name)
                 ok = False
         else:
             ok = hmac.compare_digest(password.encode(), user.password_plain.encode())
@@ -210,12 +208,12 @@ def check_password(name: str, password: str) -> User | None:
             return user
     if lockout.locked(name):
         lockout.forget(name)
-        log.info("fleetfish.api login refused for locked-out user %r", name)
+        log.info("login refused for locked-out user %r", name)
         return None
     user = users.verify(name, password)
     if user is None:
         if lockout.failed(name):
-            log.warning("fleetfish.api user %r locked out after repeated failed logins", name)
+            log.warning("user %r locked out after repeated failed logins", name)
         return None
     lockout.remember_clear(name)
     return user

@@ -61,7 +61,7 @@ def make_celery(settings: Settings) -> Celery:
 def send(signature: Signature, system_id: str) -> AsyncResult:
     """Queue a signature (or canvas); broker failures propagate and become a 503."""
     result = signature.apply_async()
-    log.info("fleetfish.api sent %s system=%s celery_id=%s", _name(signature), system_id, result.id)
+    log.info("sent %s system=%s celery_id=%s", _name(signature), system_id, result.id)
     return result
 
 

@@ -111,7 +111,7 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(RedfishError)
     def _redfish(exc: RedfishError):
         log.info(
-            "fleetfish.api %s %s -> %s %s system=%s",
+            "%s %s -> %s %s system=%s",
             request.method,
             request.path,
             exc.status,
@@ -130,9 +130,7 @@ def register_error_handlers(app: Flask) -> None:
         return error_response(exc.code or 500, _http_messages(exc), headers)
 
     def _unavailable(exc: Exception):
-        log.warning(
-            "fleetfish.api backend unavailable on %s %s: %s", request.method, request.path, exc
-        )
+        log.warning("backend unavailable on %s %s: %s", request.method, request.path, exc)
         return error_response(
             503,
             [message("ServiceTemporarilyUnavailable", [RETRY_AFTER_SECONDS])],
@@ -146,5 +144,5 @@ def register_error_handlers(app: Flask) -> None:
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):
-        log.exception("fleetfish.api unexpected error on %s %s", request.method, request.path)
+        log.exception("unexpected error on %s %s", request.method, request.path)
         return error_response(500, [message("InternalError")])

@@ -8,7 +8,8 @@ import redis
 import requests
 
 from lab.stack import LAB_NAMESPACE, LabStack
-from tests.e2e.conftest import boots, system_id, wait_for
+from tests.e2e.conftest import boots, system_id
+from tests.polling import wait_for
 
 __all__ = [
     "Redfish",

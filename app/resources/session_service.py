@@ -87,7 +87,7 @@ def login():
     if user is None:
         raise unauthorized()
     token, session = _sessions().create(user.name)
-    log.info("fleetfish.api session %s created for %r", session["id"], user.name)
+    log.info("session %s created for %r", session["id"], user.name)
     uri = f"{SESSIONS}/{session['id']}"
     return resource(
         render_session(session),
@@ -113,5 +113,5 @@ def session(session_id: str):
 def logout(session_id: str):
     _visible(session_id)
     _sessions().delete(session_id)
-    log.info("fleetfish.api session %s deleted by %r", session_id, g.user.name)
+    log.info("session %s deleted by %r", session_id, g.user.name)
     return no_content(allow=("GET", "HEAD", "DELETE"))

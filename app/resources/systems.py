@@ -174,7 +174,7 @@ def patch_system(system_id: str):
     }
     if fields:
         boot_gen = store().set_boot(system_id, **fields)
-        log.info("fleetfish.api boot override %s gen=%s system=%s", fields, boot_gen, system_id)
+        log.info("boot override %s gen=%s system=%s", fields, boot_gen, system_id)
         dispatch.send(canvas.boot_apply(celery(), system_id, boot_gen), system_id)
     return resource(_current(system_id), allow=SYSTEM_ALLOW)
 
@@ -205,7 +205,7 @@ def reset(system_id: str):
         st.update_task(task_id, state="Pending", message="waiting for virtual media")
         current_app.extensions["fleetfish.metrics"].deferred_power_ons.inc()
         log.info(
-            "fleetfish.api Reset %s deferred until media is ready system=%s task=%s",
+            "Reset %s deferred until media is ready system=%s task=%s",
             action,
             system_id,
             task_id,

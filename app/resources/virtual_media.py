@@ -123,7 +123,7 @@ def check_image(image: str) -> ImageURL:
         )
     allow = settings().image_allowlist
     if allow and not host_allowed(checked.host, allow):
-        log.info("fleetfish.api image host %s not in the allow-list", checked.host)
+        log.info("image host %s not in the allow-list", checked.host)
         raise RedfishError(400, "ActionParameterValueError", ["Image", INSERT], ["#/Image"])
     return checked
 
@@ -173,7 +173,7 @@ def insert_media(system_id: str, device: str):
         raise
     st.update_task(task_id, celery_id=result.id)
     log.info(
-        "fleetfish.api InsertMedia %s gen=%s task=%s system=%s",
+        "InsertMedia %s gen=%s task=%s system=%s",
         image,
         gen,
         task_id,
@@ -197,7 +197,7 @@ def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:
         )
         st.update_task(task_id, state="Exception", status="Critical", message="broker unavailable")
     except Exception:  # Redis is likely down too; the 503 already tells the client to retry.
-        log.warning("fleetfish.api could not record the failed InsertMedia system=%s", system_id)
+        log.warning("could not record the failed InsertMedia system=%s", system_id)
 
 
 @bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{EJECT}")
@@ -225,7 +225,7 @@ def eject_media(system_id: str, device: str):
         canvas.eject_media(celery(), system_id, device, began["gen"], task_id), system_id
     )
     st.update_task(task_id, celery_id=result.id)
-    log.info("fleetfish.api EjectMedia gen=%s task=%s system=%s", began["gen"], task_id, system_id)
+    log.info("EjectMedia gen=%s task=%s system=%s", began["gen"], task_id, system_id)
     return accepted(task_id)
 
 
@@ -234,7 +234,7 @@ def _release(system_id: str, action: str, task_id: str) -> None:
     result = dispatch.send(canvas.power_reset(celery(), system_id, action, task_id), system_id)
     store().update_task(task_id, state="Running", message="", celery_id=result.id)
     log.info(
-        "fleetfish.api deferred Reset %s released by eject system=%s task=%s",
+        "deferred Reset %s released by eject system=%s task=%s",
         action,
         system_id,
         task_id,

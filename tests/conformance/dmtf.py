@@ -66,60 +66,37 @@ def _failures(log_dir: Path) -> list[str]:
     return sorted(found)[:40]
 
 
-def run_interop(stack: LabStack, out: Path) -> dict:
+def _run_basic_auth_validator(
+    stack: LabStack, out: Path, tool: str, name: str, extra: list[str]
+) -> dict:
+    """Interop and Service validators: same login options, same summary box, same debug logs."""
     user, password = stack.credentials
+    log_dir = out / name
     proc = subprocess.run(
-        [
-            str(BIN / "rf_interop_validator"),
-            "-r",
-            stack.redfish_url,
-            "-u",
-            user,
-            "-p",
-            password,
-            "--authtype",
-            "Basic",
-            "--logdir",
-            str(out / "interop"),
-            str(PROFILE),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=out,
-    )
-    result = _table_counts(proc.stdout)
-    result.update(returncode=proc.returncode, failures=_failures(out / "interop"))
-    return result
-
-
-def run_service(stack: LabStack, out: Path) -> dict:
-    user, password = stack.credentials
-    proc = subprocess.run(
-        [
-            str(BIN / "rf_service_validator"),
-            "-r",
-            stack.redfish_url,
-            "-u",
-            user,
-            "-p",
-            password,
-            "--authtype",
-            "Basic",
-            "--skipschema",
-            "--schema_directory",
-            str(SHARED / "csdl"),
-            "--logdir",
-            str(out / "service"),
-        ],
+        [str(BIN / tool), "-r", stack.redfish_url, "-u", user, "-p", password]
+        + ["--authtype", "Basic", "--logdir", str(log_dir), *extra],
         capture_output=True,
         text=True,
         timeout=900,
         cwd=out,
     )
     result = _table_counts(proc.stdout)
-    result.update(returncode=proc.returncode, failures=_failures(out / "service"))
+    result.update(returncode=proc.returncode, failures=_failures(log_dir))
     return result
+
+
+def run_interop(stack: LabStack, out: Path) -> dict:
+    return _run_basic_auth_validator(stack, out, "rf_interop_validator", "interop", [str(PROFILE)])
+
+
+def run_service(stack: LabStack, out: Path) -> dict:
+    return _run_basic_auth_validator(
+        stack,
+        out,
+        "rf_service_validator",
+        "service",
+        ["--skipschema", "--schema_directory", str(SHARED / "csdl")],
+    )
 
 
 def run_protocol(stack: LabStack, out: Path) -> dict:

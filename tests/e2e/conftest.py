@@ -10,6 +10,7 @@ import requests
 
 from lab.ironic import IronicLike
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
+from tests.polling import wait_for  # noqa: F401 - re-exported for the tests here
 
 
 @pytest.fixture(scope="module")
@@ -47,18 +48,6 @@ def boots(stack: LabStack, since: float = 0.0) -> list[dict]:
     reply = requests.get(f"{stack.kube_url}/lab/boots", params={"since": since}, timeout=5)
     reply.raise_for_status()
     return reply.json()["boots"]
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.25, what: str = "condition"):
-    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class VMTimeline:

@@ -12,8 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,22 +23,11 @@ from fleetfish.settings import Settings
 from fleetfish.store import Store
 from lab.ports import free_port, wait_for_port
 from tasks import canvas
+from tests.polling import wait_for  # noqa: F401 - re-exported for the tests here
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "fleetfish-lab"
 ISO_BYTES = 3 * 2**20
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval=0.1):
-    """Poll until predicate() is truthy; its value, or AssertionError after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 class Procs:
