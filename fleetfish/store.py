@@ -7,15 +7,19 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:mirror``               HASH, watcher bookkeeping (``holder``, ``synced_at``)
 ``ff:media:{id}:{dev}``     HASH, requested virtual media of one device (see ``MEDIA_FIELDS``)
 ``ff:mediacred:{id}:{dev}`` HASH, image fetch credentials; never rendered by the API
-``ff:power:{id}``           HASH, deferred and in-flight power actions
+``ff:power:{id}``           HASH, deferred and in-flight power actions, last Reset recorded
 ``ff:boot:{id}``            HASH, requested boot override (``enabled``, ``target``, ``mode``)
 ``ff:task:{tid}``           HASH, one Redfish Task (see ``TASK_FIELDS``), expiring
 ``ff:tasks``                ZSET of task ids by start time
+``ff:resets``               ZSET of Reset task ids queued as ``power.reset`` that no worker has
+                            taken yet, by the time they were (last) sent; the reaper re-sends
+                            those left there too long (workers/reaper.py)
 
 Keys other modules own, listed here so the whole layout is in one place:
 
 ``ff:lease:watcher``        STRING, holder of the watcher lease (workers/watcher.py)
 ``ff:lock:media:{id}:{dev}`` STRING, short per-device lock of the media tasks (workers/taskutil.py)
+``ff:lock:reset:{tid}``     STRING, one delivery at a time of a Reset task (workers/taskutil.py)
 ``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (workers/taskutil.py)
 ``ff:run:{celery id}:*``    STRING, marks a finished run so a duplicate delivery is dropped
 ``ff:sess:*``, ``ff:sessid:*``, ``ff:sessions``  Redfish sessions, tokens stored hashed (app/sessions.py)
@@ -24,6 +28,11 @@ Keys other modules own, listed here so the whole layout is in one place:
 Media ``gen`` grows on every insert and eject; tasks carry the generation they were sent for and
 stop doing anything once it is stale. The Lua scripts below are the only writers of the
 media/power hand-off, so "media finished" and "Reset arrived" can never interleave.
+
+InsertMedia, EjectMedia and Reset create their Redfish task in the same script that records the
+request, so an API process killed at any point leaves either both or neither; a Reset to run
+now is also put in ``ff:resets`` with the Celery id its message is sent under, so a message
+lost before a worker took it is sent again under that same id (``Store.resend_reset``).
 """
 
 from __future__ import annotations
@@ -71,7 +80,12 @@ TASK_FIELDS = (
     "message_id",  # registry MessageId for the final message
     "start",
     "end",
-    "celery_id",
+    "celery_id",  # Celery id of the task's message (a Reset's is chosen before it is sent)
+    "action",  # Reset: the ResetType
+    "sent",  # Reset: epoch seconds it was (last) sent as power.reset
+    "picked",  # Reset: epoch seconds a worker first took it
+    "vmi_before",  # Reset: VMI uid the first delivery found ("-": none), see workers/power.py
+    "acted",  # Reset: "1" once the action was done
 )
 
 
@@ -102,66 +116,184 @@ def key_task(task_id: str) -> str:
 KEY_SYSTEMS = f"{PREFIX}systems"
 KEY_MIRROR = f"{PREFIX}mirror"
 KEY_TASKS = f"{PREFIX}tasks"
+KEY_RESETS = f"{PREFIX}resets"
 
-# KEYS: media, power. ARGV: image, image_name, write_protected, inserted, protocol, method,
-# task id, now. Returns {gen, previous image, previous dv, previous state}.
-_INSERT = """
-local prev_image = redis.call('HGET', KEYS[1], 'image') or ''
-local prev_dv = redis.call('HGET', KEYS[1], 'dv') or ''
-local prev_state = redis.call('HGET', KEYS[1], 'state') or ''
-local gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
-redis.call('HSET', KEYS[1], 'image', ARGV[1], 'image_name', ARGV[2], 'write_protected', ARGV[3],
-  'inserted', ARGV[4], 'transfer_protocol', ARGV[5], 'transfer_method', ARGV[6],
-  'state', 'Starting', 'health', 'OK', 'message', '', 'task', ARGV[7], 'dv', '',
-  'progress', '0', 'attached', '0', 'updated', ARGV[8])
-return {gen, prev_image, prev_dv, prev_state}
+ENDED_TASK_STATES = ("Completed", "Exception", "Cancelled", "Killed")
+
+# Shared by the scripts that create a task: KEYS[1], KEYS[2] are the new task's hash and
+# ``ff:tasks``; ARGV[1..5] its id, name, system, now and TTL. Other tasks' keys are built here
+# from their ids (one Redis, no cluster slots to declare). A script runs whole or not at all
+# for every other client and for the AOF, but Redis does not undo the writes before a command
+# that fails: each script writes its new task last, so a failed one leaves no task behind.
+_LUA_TASKS = (
+    f"local TASK_PREFIX = '{PREFIX}task:'\n"
+    f"local POWER_PREFIX = '{PREFIX}power:'\n"
+    """
+local ENDED = {Completed = true, Exception = true, Cancelled = true, Killed = true}
+local function new_task(state, message)
+  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'name', ARGV[2], 'system', ARGV[3],
+    'state', state, 'status', 'OK', 'percent', '0', 'message', message, 'message_id', '',
+    'start', ARGV[4], 'end', '', 'celery_id', '')
+  redis.call('EXPIRE', KEYS[1], ARGV[5])
+  redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[5]))
+end
+-- Ends another task unless it already ended: a late writer never resurrects a task.
+local function end_task(id, state, status, message, message_id, now)
+  local key = TASK_PREFIX .. id
+  local current = redis.call('HGET', key, 'state')
+  if not current or ENDED[current] then return false end
+  redis.call('HSET', key, 'state', state, 'status', status, 'message', message,
+    'message_id', message_id, 'end', now)
+  return true
+end
+-- A Reset task about to be sent as power.reset under celery_id: recorded until a worker takes it.
+local function queue_reset(id, celery_id, resets, now)
+  redis.call('HSET', TASK_PREFIX .. id, 'celery_id', celery_id, 'sent', now)
+  redis.call('ZADD', resets, now, id)
+end
 """
+)
 
-# KEYS: media, power. ARGV: task id, now.
-# Returns {gen, previous dv, was_pending, released action or '', released task or ''}.
-# A deferred power action waits only for media; once nothing is pending it is released to the
-# caller, which dispatches it.
-_EJECT = """
-local prev_dv = redis.call('HGET', KEYS[1], 'dv') or ''
-local prev_state = redis.call('HGET', KEYS[1], 'state') or ''
+
+def _with_task_lua(body: str) -> str:
+    return _LUA_TASKS + body
+
+
+_NEW_TASK = _with_task_lua("""
+new_task(ARGV[6], ARGV[7])
+return 1
+""")
+
+# KEYS: task, tasks, media, credentials. ARGV: task (1-5), image, image_name, write_protected,
+# inserted, protocol, method, username, password.
+# Returns {gen, previous image, previous dv, previous state}.
+_INSERT = _with_task_lua("""
+local prev_image = redis.call('HGET', KEYS[3], 'image') or ''
+local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
+local prev_state = redis.call('HGET', KEYS[3], 'state') or ''
+local gen = redis.call('HINCRBY', KEYS[3], 'gen', 1)
+redis.call('HSET', KEYS[3], 'image', ARGV[6], 'image_name', ARGV[7], 'write_protected', ARGV[8],
+  'inserted', ARGV[9], 'transfer_protocol', ARGV[10], 'transfer_method', ARGV[11],
+  'state', 'Starting', 'health', 'OK', 'message', '', 'task', ARGV[1], 'dv', '',
+  'progress', '0', 'attached', '0', 'updated', ARGV[4])
+redis.call('DEL', KEYS[4])
+if ARGV[12] ~= '' or ARGV[13] ~= '' then
+  redis.call('HSET', KEYS[4], 'username', ARGV[12], 'password', ARGV[13])
+end
+new_task('Running', '')
+return {gen, prev_image, prev_dv, prev_state}
+""")
+
+# KEYS: task, tasks, media, power, credentials, resets. ARGV: task (1-5), Celery id for a
+# released Reset. Returns {gen, previous dv, was_pending, released action or '', released task
+# or ''}. A deferred power action waits only for media; once nothing is pending it is released
+# to the caller, which sends it under that Celery id. With nothing to undo the task ends here.
+_EJECT = _with_task_lua("""
+local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
+local prev_state = redis.call('HGET', KEYS[3], 'state') or ''
 local was_pending = (prev_state == 'Starting' or prev_state == 'Updating') and 1 or 0
-local gen = redis.call('HINCRBY', KEYS[1], 'gen', 1)
-redis.call('HSET', KEYS[1], 'image', '', 'image_name', '', 'inserted', '0', 'state', 'Enabled',
+local gen = redis.call('HINCRBY', KEYS[3], 'gen', 1)
+redis.call('HSET', KEYS[3], 'image', '', 'image_name', '', 'inserted', '0', 'state', 'Enabled',
   'health', 'OK', 'message', '', 'task', ARGV[1], 'dv', '', 'progress', '0', 'attached', '0',
-  'updated', ARGV[2])
-local action = redis.call('HGET', KEYS[2], 'deferred') or ''
-local dtask = redis.call('HGET', KEYS[2], 'deferred_task') or ''
+  'updated', ARGV[4])
+redis.call('DEL', KEYS[5])
+local action = redis.call('HGET', KEYS[4], 'deferred') or ''
+local dtask = redis.call('HGET', KEYS[4], 'deferred_task') or ''
 if action ~= '' then
-  redis.call('HDEL', KEYS[2], 'deferred', 'deferred_task', 'deferred_at')
+  redis.call('HDEL', KEYS[4], 'deferred', 'deferred_task', 'deferred_at')
+  local dstate = dtask ~= '' and redis.call('HGET', TASK_PREFIX .. dtask, 'state')
+  if dstate and not ENDED[dstate] then
+    redis.call('HSET', TASK_PREFIX .. dtask, 'state', 'Running', 'message', '')
+    queue_reset(dtask, ARGV[6], KEYS[6], ARGV[4])
+  end
+end
+if prev_dv ~= '' or was_pending == 1 then
+  new_task('Running', '')
+else
+  new_task('Completed', 'nothing was attached')
+  redis.call('HSET', KEYS[1], 'percent', '100', 'end', ARGV[4])
 end
 return {gen, prev_dv, was_pending, action, dtask}
-"""
+""")
 
-# KEYS: media, power. ARGV: action, task id, now, on-actions csv, off-actions csv.
-# Returns {verdict, cancelled task or ''} where verdict is 'deferred' or 'run'.
-_RESET = """
+# KEYS: task, tasks, media, power, resets. ARGV: task (1-5), action, on-actions csv,
+# off-actions csv, Celery id, defer ("1": a power-on waits for pending media).
+# Returns {verdict, cancelled task or ''} where verdict is 'deferred' or 'run'; a 'run' is
+# recorded in ``ff:resets`` under the Celery id the caller sends it with.
+_RESET = _with_task_lua("""
 local function member(csv, x)
   for item in string.gmatch(csv, '([^,]+)') do if item == x then return true end end
   return false
 end
-local state = redis.call('HGET', KEYS[1], 'state') or ''
+local state = redis.call('HGET', KEYS[3], 'state') or ''
 local pending = (state == 'Starting' or state == 'Updating')
-local deferred = redis.call('HGET', KEYS[2], 'deferred') or ''
-local dtask = redis.call('HGET', KEYS[2], 'deferred_task') or ''
-if member(ARGV[4], ARGV[1]) then
-  if pending or deferred ~= '' then
-    redis.call('HSET', KEYS[2], 'deferred', ARGV[1], 'deferred_task', ARGV[2], 'deferred_at', ARGV[3])
-    if dtask ~= '' and dtask ~= ARGV[2] then return {'deferred', dtask} end
-    return {'deferred', ''}
-  end
-  return {'run', ''}
+local deferred = redis.call('HGET', KEYS[4], 'deferred') or ''
+local dtask = redis.call('HGET', KEYS[4], 'deferred_task') or ''
+local why = 'Cancelled by Reset ' .. ARGV[6] .. ' (task ' .. ARGV[1] .. ')'
+local verdict, cancelled = 'run', ''
+local defer = ARGV[10] == '1'
+local is_on, is_off = member(ARGV[7], ARGV[6]), member(ARGV[8], ARGV[6])
+redis.call('HSET', KEYS[4], 'last_reset', ARGV[1])
+if defer and is_on and (pending or deferred ~= '') then
+  verdict = 'deferred'
+  redis.call('HSET', KEYS[4], 'deferred', ARGV[6], 'deferred_task', ARGV[1],
+    'deferred_at', ARGV[4])
+elseif defer and is_off and deferred ~= '' then
+  redis.call('HDEL', KEYS[4], 'deferred', 'deferred_task', 'deferred_at')
 end
-if member(ARGV[5], ARGV[1]) and deferred ~= '' then
-  redis.call('HDEL', KEYS[2], 'deferred', 'deferred_task', 'deferred_at')
-  return {'run', dtask}
+-- A deferred action this one replaced (a later On) or cancelled (an Off) ends now.
+if (verdict == 'deferred' or (defer and is_off)) and dtask ~= '' and dtask ~= ARGV[1] then
+  end_task(dtask, 'Cancelled', 'Warning', why, 'TaskEvent.1.0.TaskCancelled', ARGV[4])
+  cancelled = dtask
 end
-return {'run', ''}
-"""
+if verdict == 'deferred' then
+  new_task('Pending', 'waiting for virtual media')
+else
+  new_task('New', '')
+end
+redis.call('HSET', KEYS[1], 'action', ARGV[6])
+if verdict == 'run' then queue_reset(ARGV[1], ARGV[9], KEYS[5], ARGV[4]) end
+return {verdict, cancelled}
+""")
+
+# KEYS: task, resets. ARGV: task id, now. A worker took the Reset's message: it leaves
+# ``ff:resets``, the first taking is recorded, and the task's state tells whether to act.
+_TAKE_RESET = _with_task_lua("""
+redis.call('ZREM', KEYS[2], ARGV[1])
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return '' end
+if not ENDED[state] then redis.call('HSETNX', KEYS[1], 'picked', ARGV[2]) end
+return state
+""")
+
+# KEYS: task, resets. ARGV: task id, now, sent before (epoch). A Reset still in ``ff:resets``
+# since before "sent before" lost its message. Returns {verdict, system, action, celery id or
+# superseding task}: 'resend' (touched now: the next try waits another period), 'superseded'
+# (a later Reset of the system was recorded: it wins, this one ends Cancelled), 'done' (taken
+# or ended meanwhile) or 'fresh' (sent again since).
+_RESEND_RESET = _with_task_lua("""
+local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not score or tonumber(score) > tonumber(ARGV[3]) then return {'fresh', '', '', ''} end
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or ENDED[state] or redis.call('HEXISTS', KEYS[1], 'picked') == 1 then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return {'done', '', '', ''}
+end
+local system = redis.call('HGET', KEYS[1], 'system') or ''
+local action = redis.call('HGET', KEYS[1], 'action') or ''
+local latest = redis.call('HGET', POWER_PREFIX .. system, 'last_reset') or ''
+if latest ~= '' and latest ~= ARGV[1] then
+  end_task(ARGV[1], 'Cancelled', 'Warning',
+    'Superseded by Reset task ' .. latest .. ' before any worker took it',
+    'TaskEvent.1.0.TaskCancelled', ARGV[2])
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return {'superseded', system, action, latest}
+end
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+redis.call('HSET', KEYS[1], 'sent', ARGV[2])
+return {'resend', system, action, redis.call('HGET', KEYS[1], 'celery_id') or ''}
+""")
 
 # KEYS: media, power. ARGV: gen, celery id of the chord body, now.
 # Marks the media ready and hands the deferred action to this body exactly once; a redelivered
@@ -217,17 +349,28 @@ def _decode(mapping: dict) -> dict[str, str]:
     return {_s(k): _s(v) for k, v in mapping.items()}
 
 
+def _new_task_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _new_celery_id() -> str:
+    return str(uuid.uuid4())
+
+
 class Store:
     """Typed access to the keys above. One instance per process; it holds no state of its own."""
 
     def __init__(self, client: redis.Redis, task_ttl: int = 86400):
         self.r = client
         self.task_ttl = task_ttl
+        self._new_task = client.register_script(_NEW_TASK)
         self._insert = client.register_script(_INSERT)
         self._eject = client.register_script(_EJECT)
         self._reset = client.register_script(_RESET)
         self._release = client.register_script(_RELEASE)
         self._fail = client.register_script(_FAIL)
+        self._take_reset = client.register_script(_TAKE_RESET)
+        self._resend_reset = client.register_script(_RESEND_RESET)
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
 
     @classmethod
@@ -294,7 +437,6 @@ class Store:
         system_id: str,
         device: str,
         image: str,
-        task_id: str,
         *,
         write_protected: bool = True,
         inserted: bool = True,
@@ -303,44 +445,67 @@ class Store:
         username: str = "",
         password: str = "",
     ) -> dict[str, Any]:
+        """Create the InsertMedia task and record the request (a new generation) in one step.
+
+        Returns ``task``, ``gen`` and the ``previous_image``/``previous_dv``/``previous_state``.
+        """
         image_name = image.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
+        task_id = _new_task_id()
         gen, prev_image, prev_dv, prev_state = self._insert(
-            keys=[key_media(system_id, device), key_power(system_id)],
+            keys=[
+                key_task(task_id),
+                KEY_TASKS,
+                key_media(system_id, device),
+                key_media_cred(system_id, device),
+            ],
             args=[
+                *self._task_args(task_id, f"InsertMedia {device}", system_id),
                 image,
                 image_name,
                 "1" if write_protected else "0",
                 "1" if inserted else "0",
                 transfer_protocol,
                 transfer_method,
-                task_id,
-                str(time.time()),
+                username,
+                password,
             ],
         )
-        cred_key = key_media_cred(system_id, device)
-        if username or password:
-            self.r.hset(cred_key, mapping={"username": username, "password": password})
-        else:
-            self.r.delete(cred_key)
         return {
+            "task": task_id,
             "gen": int(gen),
             "previous_image": _s(prev_image),
             "previous_dv": _s(prev_dv),
             "previous_state": _s(prev_state),
         }
 
-    def begin_eject(self, system_id: str, device: str, task_id: str) -> dict[str, Any]:
+    def begin_eject(self, system_id: str, device: str) -> dict[str, Any]:
+        """Create the EjectMedia task and record the eject (a new generation) in one step.
+
+        A Reset deferred behind the media is handed back (``released_action``,
+        ``released_task``), recorded as sent under ``released_celery_id``: send it with that
+        id. With nothing attached or pending (``previous_dv`` empty, ``was_pending`` False) the
+        task is already Completed.
+        """
+        task_id, celery_id = _new_task_id(), _new_celery_id()
         gen, prev_dv, was_pending, action, dtask = self._eject(
-            keys=[key_media(system_id, device), key_power(system_id)],
-            args=[task_id, str(time.time())],
+            keys=[
+                key_task(task_id),
+                KEY_TASKS,
+                key_media(system_id, device),
+                key_power(system_id),
+                key_media_cred(system_id, device),
+                KEY_RESETS,
+            ],
+            args=[*self._task_args(task_id, f"EjectMedia {device}", system_id), celery_id],
         )
-        self.r.delete(key_media_cred(system_id, device))
         return {
+            "task": task_id,
             "gen": int(gen),
             "previous_dv": _s(prev_dv),
             "was_pending": bool(int(was_pending)),
             "released_action": _s(action),
             "released_task": _s(dtask),
+            "released_celery_id": celery_id if _s(action) else "",
         }
 
     def media_credentials(self, system_id: str, device: str = "Cd") -> dict[str, str]:
@@ -370,17 +535,66 @@ class Store:
     def get_power(self, system_id: str) -> dict[str, str]:
         return _decode(self.r.hgetall(key_power(system_id)))
 
-    def request_power(self, system_id: str, action: str, task_id: str) -> dict[str, str]:
-        """Decide atomically whether a Reset runs now or waits for pending media.
+    def request_power(self, system_id: str, action: str, *, defer: bool = True) -> dict[str, str]:
+        """Create the Reset task and decide whether it runs now or waits for pending media,
+        in one step.
 
-        Returns ``verdict`` ("run" or "deferred") and ``cancelled_task``: the Redfish task of a
-        deferred action this request superseded or cancelled (an Off cancels a deferred On).
+        Returns ``task``, ``verdict`` ("run" or "deferred"), ``celery_id`` (send a "run" under
+        this id) and ``cancelled_task``: a deferred action this request superseded or
+        cancelled (an Off cancels a deferred On), already marked Cancelled. ``defer=False``
+        (the sequential mode) always runs.
         """
+        task_id, celery_id = _new_task_id(), _new_celery_id()
         verdict, cancelled = self._reset(
-            keys=[key_media(system_id, "Cd"), key_power(system_id)],
-            args=[action, task_id, str(time.time()), ",".join(ON_ACTIONS), ",".join(OFF_ACTIONS)],
+            keys=[
+                key_task(task_id),
+                KEY_TASKS,
+                key_media(system_id, "Cd"),
+                key_power(system_id),
+                KEY_RESETS,
+            ],
+            args=[
+                *self._task_args(task_id, f"Reset {action}", system_id),
+                action,
+                ",".join(ON_ACTIONS),
+                ",".join(OFF_ACTIONS),
+                celery_id,
+                "1" if defer else "0",
+            ],
         )
-        return {"verdict": _s(verdict), "cancelled_task": _s(cancelled)}
+        verdict = _s(verdict)
+        return {
+            "task": task_id,
+            "verdict": verdict,
+            "celery_id": celery_id if verdict == "run" else "",
+            "cancelled_task": _s(cancelled),
+        }
+
+    def take_reset(self, task_id: str) -> str:
+        """A worker took this Reset's message: no longer a candidate for re-sending.
+
+        Returns the task's state ("" when the task expired): a task that already ended
+        (done by an earlier delivery, or cancelled before any worker took it) is not acted on.
+        """
+        return _s(
+            self._take_reset(keys=[key_task(task_id), KEY_RESETS], args=[task_id, str(time.time())])
+        )
+
+    def stale_resets(self, sent_before: float, limit: int = 1000) -> list[str]:
+        """Reset task ids sent before ``sent_before`` that no worker has taken yet."""
+        found = self.r.zrangebyscore(KEY_RESETS, "-inf", sent_before, start=0, num=limit)
+        return [_s(x) for x in found]
+
+    def resend_reset(self, task_id: str, sent_before: float) -> dict[str, str]:
+        """Claim a stale Reset for sending again (see ``_RESEND_RESET``); ``verdict`` "resend"
+        comes with ``system``, ``action`` and the ``celery_id`` to send it under again."""
+        verdict, system_id, action, extra = self._resend_reset(
+            keys=[key_task(task_id), KEY_RESETS],
+            args=[task_id, str(time.time()), str(sent_before)],
+        )
+        result = {"verdict": _s(verdict), "system": _s(system_id), "action": _s(action)}
+        result["superseded_by" if result["verdict"] == "superseded" else "celery_id"] = _s(extra)
+        return result
 
     def release_deferred(self, system_id: str, device: str, gen: int, body_id: str) -> dict:
         verdict, action, dtask = self._release(
@@ -418,30 +632,17 @@ class Store:
 
     # -- Redfish tasks -----------------------------------------------------------------------
 
+    def _task_args(self, task_id: str, name: str, system_id: str) -> list[str]:
+        """ARGV[1..5] of the scripts that create a task (see ``_LUA_TASKS``)."""
+        return [task_id, name, system_id, str(time.time()), str(self.task_ttl)]
+
     def new_task(self, name: str, system_id: str, state: str = "New", message: str = "") -> str:
-        task_id = uuid.uuid4().hex[:16]
-        now = str(time.time())
-        pipe = self.r.pipeline()
-        pipe.hset(
-            key_task(task_id),
-            mapping={
-                "id": task_id,
-                "name": name,
-                "system": system_id,
-                "state": state,
-                "status": "OK",
-                "percent": "0",
-                "message": message,
-                "message_id": "",
-                "start": now,
-                "end": "",
-                "celery_id": "",
-            },
+        """A Redfish task on its own (requests create theirs in the step that records them)."""
+        task_id = _new_task_id()
+        self._new_task(
+            keys=[key_task(task_id), KEY_TASKS],
+            args=[*self._task_args(task_id, name, system_id), state, message],
         )
-        pipe.expire(key_task(task_id), self.task_ttl)
-        pipe.zadd(KEY_TASKS, {task_id: float(now)})
-        pipe.zremrangebyscore(KEY_TASKS, 0, time.time() - self.task_ttl)
-        pipe.execute()
         return task_id
 
     def get_task(self, task_id: str) -> dict[str, str] | None:
@@ -457,9 +658,9 @@ class Store:
             return
         key = key_task(task_id)
         state = _s(self.r.hget(key, "state"))
-        if not state or state in ("Completed", "Exception", "Cancelled", "Killed"):
+        if not state or state in ENDED_TASK_STATES:
             return
-        if fields.get("state") in ("Completed", "Exception", "Cancelled", "Killed"):
+        if fields.get("state") in ENDED_TASK_STATES:
             fields.setdefault("end", time.time())
             if fields.get("state") == "Completed":
                 fields.setdefault("percent", 100)

@@ -47,8 +47,13 @@ def eject_media(app: Celery, system_id: str, device: str, gen: int, task_id: str
     return app.signature("media.eject", args=(system_id, device, gen, task_id), immutable=True)
 
 
-def power_reset(app: Celery, system_id: str, action: str, task_id: str):
-    return app.signature("power.reset", args=(system_id, action, task_id), immutable=True)
+def power_reset(app: Celery, system_id: str, action: str, task_id: str, celery_id: str = ""):
+    """``celery_id``: the id the Store recorded for this Reset, so that a copy sent again by
+    the reaper is the same Celery task (one run per delivery drops the spare)."""
+    options = {"task_id": celery_id} if celery_id else {}
+    return app.signature(
+        "power.reset", args=(system_id, action, task_id), immutable=True, **options
+    )
 
 
 def boot_apply(app: Celery, system_id: str, boot_gen: int):

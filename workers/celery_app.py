@@ -69,12 +69,10 @@ def _start_watcher(conf: Settings) -> None:
     """The watcher role inside this worker: a thread competing for the same Redis lease as
     every other watcher, so one process fewer per replica and a takeover whenever the holding
     worker dies."""
-    from workers import reaper
     from workers.watcher import Watcher
 
     watcher = Watcher(conf, runtime.store(), runtime.kube())
-    if not conf.legacy_sequential:
-        watcher.send_chord = reaper.celery_sender(conf)
+    watcher.resend_lost_work()
     thread = threading.Thread(target=watcher.run, name="fleetfish-watcher", daemon=True)
     thread.start()
     _watchers.append((watcher, thread))

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
-from fleetfish.store import Store, key_task
+from fleetfish.store import OFF_ACTIONS, Store, key_task
 from workers.boot import boot_mutator
 from workers.kubevirt import Conflict, KubeVirt, NotFound
 
@@ -126,6 +126,15 @@ def run_power(
         revert_once_later()
         _mark_done(store, task_id)
         return f"{action} done (VMI replaced)"
+    if before != now and now != "-" and action in OFF_ACTIONS:
+        # An earlier delivery found another VMI (or none) and acted, then died before saying
+        # so; the VMI running now was started later, by someone else (the next Ironic cycle):
+        # stopping it would undo their power-on.
+        if action == "PushPowerButton" and before == "-":
+            revert_once_later()  # the earlier delivery's press was a power-on
+        _mark_done(store, task_id)
+        log.info("%s %s: a later VMI runs (%s, was %s): left alone", system_id, action, now, before)
+        return f"{action} already done (a VMI started since runs)"
     store.update_task(task_id, state="Running", message=f"{action} in progress")
 
     def power_on() -> str:

@@ -1,13 +1,23 @@
-"""Re-sends InsertMedia work that stalled because its message was lost (run by the watcher).
+"""Re-sends InsertMedia and Reset work whose message was lost (run by the watcher).
 
 Redis hands a queued message to a worker's blocking pop before the worker records it as
 unacked; a worker host cut off from the network at that moment takes the message with it, and
-no visibility timeout brings it back. An API process killed between recording an InsertMedia
-and sending its chord leaves the same state. Either way the media stays Starting/Updating and
-a deferred Reset waits for ever. Media work left untouched for ``stale_after`` seconds is sent
-again for its generation: every step is idempotent per generation and the deferred Reset is
-handed over exactly once (``Store.release_deferred``), so a duplicate of slow-but-alive work
-only polls twice.
+no visibility timeout brings it back. An API process killed between recording a request and
+sending its message leaves the same state.
+
+Media: the media stays Starting/Updating and a deferred Reset waits for ever. Media work left
+untouched for ``stale_after`` seconds is sent again for its generation: every step is
+idempotent per generation and the deferred Reset is handed over exactly once
+(``Store.release_deferred``), so a duplicate of slow-but-alive work only polls twice.
+
+Reset: the Redfish task stays Running and the node never changes state. A Reset sent as
+``power.reset`` stays in ``ff:resets`` until a worker takes its message; one still there after
+``stale_after`` seconds is sent again under the same Celery id, so a copy racing a slow
+original is dropped by the one-run-per-delivery guard, and a worker that took it (alive or
+killed: its message is then unacked and comes back by itself) is never doubled. A Reset
+superseded meanwhile by a later Reset of the same system is cancelled instead: re-sending an
+old ForceOff after the client's newer On would undo it. A Reset deferred behind media is not
+in ``ff:resets``: the media chord releases it.
 """
 
 from __future__ import annotations
@@ -21,6 +31,8 @@ from fleetfish.store import DEVICES, PENDING_STATES, Store
 log = logging.getLogger("fleetfish.watcher")
 
 SendChord = Callable[[str, str, int, str, str], None]
+# system id, ResetType, Redfish task id, Celery id
+SendReset = Callable[[str, str, str, str], None]
 
 
 def stale_media(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
@@ -56,17 +68,52 @@ def resend_stalled(store: Store, send: SendChord, stale_after: float) -> list[st
     return sent
 
 
-def celery_sender(settings) -> SendChord:
-    """A SendChord over a client-only Celery app (the watcher imports no task bodies)."""
+def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> list[str]:
+    """Send ``power.reset`` again for each Reset no worker took within ``stale_after``
+    seconds; the task ids it was sent for."""
+    sent = []
+    sent_before = time.time() - stale_after
+    for task_id in store.stale_resets(sent_before):
+        # Claimed and touched in one step: a failure to send is retried a stale period later.
+        claim = store.resend_reset(task_id, sent_before)
+        if claim["verdict"] == "superseded":
+            log.warning(
+                "Reset %s task %s of %s never reached a worker and was superseded by task %s:"
+                " cancelled",
+                claim["action"],
+                task_id,
+                claim["system"],
+                claim["superseded_by"],
+            )
+        if claim["verdict"] != "resend":
+            continue
+        log.warning(
+            "Reset %s task %s of %s not taken by a worker for %.0f s: sending it again",
+            claim["action"],
+            task_id,
+            claim["system"],
+            stale_after,
+        )
+        send(claim["system"], claim["action"], task_id, claim["celery_id"])
+        sent.append(task_id)
+    return sent
+
+
+def celery_senders(settings) -> tuple[SendChord, SendReset]:
+    """A SendChord and a SendReset over one client-only Celery app (the watcher imports no
+    task bodies)."""
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from tasks.canvas import insert_media_chord
+    from tasks.canvas import insert_media_chord, power_reset
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))
 
-    def send(system_id: str, device: str, gen: int, image: str, task_id: str) -> None:
+    def send_chord(system_id: str, device: str, gen: int, image: str, task_id: str) -> None:
         insert_media_chord(app, system_id, device, gen, image, task_id).apply_async()
 
-    return send
+    def send_reset(system_id: str, action: str, task_id: str, celery_id: str) -> None:
+        power_reset(app, system_id, action, task_id, celery_id).apply_async()
+
+    return send_chord, send_reset

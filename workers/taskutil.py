@@ -48,14 +48,10 @@ class Busy(Transient):
 
 
 @contextmanager
-def device_lock(client: redis.Redis, system_id: str, device: str):
-    """Serialises the VM/DataVolume writes of one media device across workers (insert, attach,
-    eject, failure cleanup), so a stale task can never write after a newer one."""
-    lock = client.lock(
-        f"ff:lock:media:{system_id}:{device}", timeout=LOCK_TTL, blocking_timeout=LOCK_WAIT
-    )
+def _short_lock(client: redis.Redis, name: str, ttl: float, busy: str):
+    lock = client.lock(name, timeout=ttl, blocking_timeout=LOCK_WAIT)
     if not lock.acquire():
-        raise Busy(f"media of {system_id} {device} is busy")
+        raise Busy(busy)
     try:
         yield
     finally:
@@ -63,6 +59,29 @@ def device_lock(client: redis.Redis, system_id: str, device: str):
             lock.release()
         except redis.exceptions.LockError:
             pass
+
+
+def device_lock(client: redis.Redis, system_id: str, device: str):
+    """Serialises the VM/DataVolume writes of one media device across workers (insert, attach,
+    eject, failure cleanup), so a stale task can never write after a newer one."""
+    return _short_lock(
+        client,
+        f"ff:lock:media:{system_id}:{device}",
+        LOCK_TTL,
+        f"media of {system_id} {device} is busy",
+    )
+
+
+def reset_lock(client: redis.Redis, task_id: str):
+    """One delivery at a time per Reset task: a copy of its message (the reaper's, racing a
+    slow first delivery) waits, then finds the action done. A killed holder's lock expires
+    after a visibility timeout, which is when its own message comes back anyway."""
+    return _short_lock(
+        client,
+        f"ff:lock:reset:{task_id}",
+        runtime.settings().visibility_timeout,
+        f"Reset task {task_id} is running elsewhere",
+    )
 
 
 def single_delivery(fn):

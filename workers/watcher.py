@@ -33,8 +33,10 @@ WATCH_SECONDS = 30
 MAX_BACKOFF = 10.0
 # Consecutive failed watch reconnects before the whole state is listed again.
 RELIST_AFTER = 5
-# Pending media untouched for this many visibility timeouts lost its message: send it again.
+# Pending media untouched, or a Reset not taken by any worker, for this many visibility
+# timeouts lost its message: send it again.
 STALE_MEDIA_TIMEOUTS = 4
+STALE_RESET_TIMEOUTS = 4
 
 _RENEW = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
 _RELEASE = (
@@ -67,6 +69,7 @@ class Watcher:
         self._handles: list = []
         self._threads: list[threading.Thread] = []
         self.send_chord: reaper.SendChord | None = None
+        self.send_reset: reaper.SendReset | None = None
         self._next_reap = 0.0
 
     # -- lease -------------------------------------------------------------------------------
@@ -130,15 +133,26 @@ class Watcher:
         self.stop_event.set()
 
     def _reap(self) -> None:
-        """Once per visibility timeout, while holding the lease: re-send stalled media work."""
-        if self.send_chord is None or time.monotonic() < self._next_reap:
+        """Once per visibility timeout, while holding the lease: re-send lost media and Reset
+        work."""
+        if time.monotonic() < self._next_reap:
             return
         vt = self.settings.visibility_timeout
         self._next_reap = time.monotonic() + vt
         try:
-            reaper.resend_stalled(self.store, self.send_chord, STALE_MEDIA_TIMEOUTS * vt)
+            if self.send_chord is not None:
+                reaper.resend_stalled(self.store, self.send_chord, STALE_MEDIA_TIMEOUTS * vt)
+            if self.send_reset is not None:
+                reaper.resend_lost_resets(self.store, self.send_reset, STALE_RESET_TIMEOUTS * vt)
         except Exception as exc:  # Redis or broker away: the next round tries again
-            log.warning("stalled media check failed: %s", exc)
+            log.warning("lost work check failed: %s", exc)
+
+    def resend_lost_work(self) -> None:
+        """The reaper's senders over a client-only Celery app (the legacy chain holds its lock
+        for a whole import: its media work is never sent twice)."""
+        send_chord, self.send_reset = reaper.celery_senders(self.settings)
+        if not self.settings.legacy_sequential:
+            self.send_chord = send_chord
 
     # -- sync session ------------------------------------------------------------------------
 
@@ -249,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("urllib3").setLevel(logging.WARNING)
     store = Store.from_url(settings.redis_url)
     watcher = Watcher(settings, store, KubeVirt.from_settings(settings))
-    if not settings.legacy_sequential:  # the legacy chain holds its lock for a whole import
-        watcher.send_chord = reaper.celery_sender(settings)
+    watcher.resend_lost_work()
 
     def _terminate(signum, _frame):
         log.info("signal %s: stopping", signum)

@@ -189,20 +189,11 @@ def reset(system_id: str):
     )
     action = params["ResetType"]
     st = store()
-    task_id = st.new_task(f"Reset {action}", system_id)
-    verdict = {"verdict": "run", "cancelled_task": ""}
-    if not settings().legacy_sequential:
-        verdict = st.request_power(system_id, action, task_id)
-    if verdict["cancelled_task"]:
-        st.update_task(
-            verdict["cancelled_task"],
-            state="Cancelled",
-            status="Warning",
-            message=f"Cancelled by Reset {action} (task {task_id})",
-            message_id="TaskEvent.1.0.TaskCancelled",
-        )
+    # The task and the request are one Redis step: an API killed after it leaves work that the
+    # reaper re-sends (workers/reaper.py), never a task that nothing ends.
+    verdict = st.request_power(system_id, action, defer=not settings().legacy_sequential)
+    task_id = verdict["task"]
     if verdict["verdict"] == "deferred":
-        st.update_task(task_id, state="Pending", message="waiting for virtual media")
         current_app.extensions["fleetfish.metrics"].deferred_power_ons.inc()
         log.info(
             "Reset %s deferred until media is ready system=%s task=%s",
@@ -211,8 +202,9 @@ def reset(system_id: str):
             task_id,
         )
         return accepted(task_id)
+    signature = canvas.power_reset(celery(), system_id, action, task_id, verdict["celery_id"])
     try:
-        result = dispatch.send(canvas.power_reset(celery(), system_id, action, task_id), system_id)
+        dispatch.send(signature, system_id)
     except Exception:
         st.update_task(
             task_id,
@@ -221,5 +213,4 @@ def reset(system_id: str):
             message="could not queue the power action",
         )
         raise
-    st.update_task(task_id, celery_id=result.id)
     return accepted(task_id)

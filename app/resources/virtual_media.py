@@ -151,12 +151,10 @@ def insert_media(system_id: str, device: str):
                 return accepted(current["task"])
         elif current.get("health") == "OK":
             return no_content()
-    task_id = st.new_task(f"InsertMedia {device}", system_id, state="Running")
     began = st.begin_insert(
         system_id,
         device,
         image,
-        task_id,
         write_protected=params.get("WriteProtected", True),
         inserted=params.get("Inserted", True),
         transfer_protocol=params.get("TransferProtocolType", ""),
@@ -165,7 +163,7 @@ def insert_media(system_id: str, device: str):
         password=password,
     )
     build = canvas.legacy_media_chain if settings().legacy_sequential else canvas.insert_media_chord
-    gen = began["gen"]
+    gen, task_id = began["gen"], began["task"]
     try:
         result = dispatch.send(build(celery(), system_id, device, gen, image, task_id), system_id)
     except Exception:
@@ -214,13 +212,17 @@ def eject_media(system_id: str, device: str):
         and not current.get("dv")
     ):
         return no_content()
-    task_id = st.new_task(f"EjectMedia {device}", system_id, state="Running")
-    began = st.begin_eject(system_id, device, task_id)
+    began = st.begin_eject(system_id, device)
+    task_id = began["task"]
     if began["released_action"]:
-        _release(system_id, began["released_action"], began["released_task"])
+        _release(
+            system_id,
+            began["released_action"],
+            began["released_task"],
+            began["released_celery_id"],
+        )
     if not (began["previous_dv"] or began["was_pending"]):
-        st.update_task(task_id, state="Completed", message="nothing was attached")
-        return no_content()
+        return no_content()  # the task ended with the eject: nothing was attached
     result = dispatch.send(
         canvas.eject_media(celery(), system_id, device, began["gen"], task_id), system_id
     )
@@ -229,10 +231,9 @@ def eject_media(system_id: str, device: str):
     return accepted(task_id)
 
 
-def _release(system_id: str, action: str, task_id: str) -> None:
+def _release(system_id: str, action: str, task_id: str, celery_id: str) -> None:
     """The eject ended the media wait of a deferred Reset: it runs now, without media."""
-    result = dispatch.send(canvas.power_reset(celery(), system_id, action, task_id), system_id)
-    store().update_task(task_id, state="Running", message="", celery_id=result.id)
+    dispatch.send(canvas.power_reset(celery(), system_id, action, task_id, celery_id), system_id)
     log.info(
         "deferred Reset %s released by eject system=%s task=%s",
         action,

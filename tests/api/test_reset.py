@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from api_helpers import (
     ADMIN,
     EJECT_URI,
@@ -18,6 +20,10 @@ from app import create_app
 from fleetfish.settings import Settings
 
 
+def celery_ids(queues, queue: str) -> list[str]:
+    return [json.loads(raw)["headers"]["id"] for raw in reversed(queues.r.lrange(queue, 0, -1))]
+
+
 def task_of(client, resp) -> dict:
     return client.get(resp.headers["Location"], headers=ADMIN).get_json()
 
@@ -29,7 +35,10 @@ def test_reset_on_runs_now_without_pending_media(client, store, systems, queues)
     task_id = resp.get_json()["Id"]
     messages = queues.messages("fleetfish.power")
     assert messages == [{"task": "power.reset", "args": [SYS, "On", task_id]}]
-    assert store.get_task(task_id)["celery_id"]
+    # Sent under the Celery id recorded with the task, the one the reaper would send it again
+    # under; it stays a candidate for that until a worker takes it.
+    assert store.get_task(task_id)["celery_id"] == celery_ids(queues, "fleetfish.power")[0]
+    assert store.stale_resets(float("inf")) == [task_id]
 
 
 def test_reset_on_is_deferred_while_media_is_pending(client, store, systems, queues):
@@ -71,6 +80,8 @@ def test_eject_releases_a_deferred_reset(client, store, systems, queues):
         {"task": "power.reset", "args": [SYS, "On", on.get_json()["Id"]]}
     ]
     assert task_of(client, on)["TaskState"] == "Running"
+    recorded = store.get_task(on.get_json()["Id"])["celery_id"]
+    assert recorded == celery_ids(queues, "fleetfish.power")[0]
 
 
 def test_reset_validation(client, systems, queues):

@@ -1,15 +1,26 @@
-"""The stalled-media check against a real Redis: only pending media untouched for the stale
-period is sent again, once per period, for its current generation."""
+"""The lost-work checks of the watcher's reaper.
+
+Against a real Redis: only pending media untouched for the stale period is sent again, once
+per period, for its current generation; only Resets that no worker took within the stale
+period are sent again, under their own Celery id, and a superseded one is cancelled instead.
+Against the lab: a Reset whose message never reached a worker powers the node on, once.
+"""
 
 from __future__ import annotations
 
 import time
 
-from fleetfish.store import key_media
-from workers.reaper import resend_stalled
+import pytest
+
+from fleetfish.store import KEY_RESETS, Store, key_media
+from tests.e2e.conftest import lab_vm_names
+from tests.helpers import Redfish, boots, kube_requests, system_id, wait_boot, wait_for
+from workers.reaper import resend_lost_resets, resend_stalled
+from workers.watcher import STALE_RESET_TIMEOUTS
 
 SID = "fleetfish-lab.ostest-master-0"
 OTHER = "fleetfish-lab.ostest-master-1"
+THIRD = "fleetfish-lab.ostest-master-2"
 
 
 def _system(store, sid):
@@ -19,9 +30,8 @@ def _system(store, sid):
 def test_only_stalled_pending_media_is_sent_again_once(store):
     for sid in (SID, OTHER):
         _system(store, sid)
-    task = store.new_task("InsertMedia Cd", SID, state="Running")
-    began = store.begin_insert(SID, "Cd", "http://iso/a.iso", task)
-    store.begin_insert(OTHER, "Cd", "http://iso/b.iso", store.new_task("InsertMedia Cd", OTHER))
+    began = store.begin_insert(SID, "Cd", "http://iso/a.iso")
+    store.begin_insert(OTHER, "Cd", "http://iso/b.iso")
     store.r.hset(key_media(SID), "updated", str(time.time() - 100))
     sent = []
 
@@ -29,7 +39,7 @@ def test_only_stalled_pending_media_is_sent_again_once(store):
         sent.append(args)
 
     assert resend_stalled(store, send, stale_after=60) == [SID]
-    assert sent == [(SID, "Cd", int(began["gen"]), "http://iso/a.iso", task)]
+    assert sent == [(SID, "Cd", int(began["gen"]), "http://iso/a.iso", began["task"])]
     # Touched when sent: not sent again before another stale period.
     assert resend_stalled(store, send, stale_after=60) == []
     assert len(sent) == 1
@@ -37,8 +47,85 @@ def test_only_stalled_pending_media_is_sent_again_once(store):
 
 def test_finished_media_is_left_alone(store):
     _system(store, SID)
-    task = store.new_task("InsertMedia Cd", SID, state="Running")
-    gen = int(store.begin_insert(SID, "Cd", "http://iso/a.iso", task)["gen"])
+    gen = int(store.begin_insert(SID, "Cd", "http://iso/a.iso")["gen"])
     store.update_media(SID, "Cd", gen, state="Enabled")
     store.r.hset(key_media(SID), "updated", str(time.time() - 1000))
     assert resend_stalled(store, lambda *a: None, stale_after=60) == []
+
+
+def _sent_long_ago(store, task_id):
+    store.r.zadd(KEY_RESETS, {task_id: time.time() - 100})
+
+
+def test_only_resets_no_worker_took_are_sent_again_once(store):
+    lost = store.request_power(SID, "On")
+    taken = store.request_power(OTHER, "ForceOff")
+    store.begin_insert(THIRD, "Cd", "http://iso/c.iso")
+    deferred = store.request_power(THIRD, "On")
+    assert deferred["verdict"] == "deferred"
+    recent = store.request_power(THIRD, "ForceOff")
+    for reset in (lost, taken):
+        _sent_long_ago(store, reset["task"])
+    store.take_reset(taken["task"])  # a worker has it: its own message comes back if it dies
+    sent = []
+
+    def send(*args):
+        sent.append(args)
+
+    assert resend_lost_resets(store, send, stale_after=60) == [lost["task"]]
+    assert sent == [(SID, "On", lost["task"], lost["celery_id"])]
+    # Touched when sent: not sent again before another stale period.
+    assert resend_lost_resets(store, send, stale_after=60) == []
+    assert len(sent) == 1
+    # The ForceOff just sent is not due yet; the deferred On waits for its media chord.
+    assert set(store.stale_resets(float("inf"))) == {lost["task"], recent["task"]}
+
+
+def test_a_lost_reset_superseded_by_a_later_one_is_cancelled_not_sent(store):
+    off = store.request_power(SID, "ForceOff")
+    _sent_long_ago(store, off["task"])
+    on = store.request_power(SID, "On")  # the client's retry, say: it wins
+    sent = []
+    assert resend_lost_resets(store, lambda *a: sent.append(a), stale_after=60) == []
+    assert sent == []
+    task = store.get_task(off["task"])
+    assert task["state"] == "Cancelled" and on["task"] in task["message"]
+    assert store.stale_resets(float("inf")) == [on["task"]]
+
+
+VISIBILITY = 3
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_reset_whose_message_was_lost_powers_the_node_on_once(lab_factory):
+    stack = lab_factory(vms=1, import_seconds=1, workers=1, visibility_timeout=VISIBILITY)
+    vm = lab_vm_names(1)[0]
+    sid = system_id(vm)
+    rf = Redfish(stack)
+    assert rf.system(vm)["PowerState"] == "Off"
+    store = Store.from_url(stack.redis_url)
+    since = time.time()
+    # What the API records for a Reset On; the power.reset message itself never reaches a
+    # worker (API killed before sending it, or popped by a host that was cut off).
+    reset = store.request_power(sid, "On")
+    assert reset["verdict"] == "run"
+    stale = STALE_RESET_TIMEOUTS * VISIBILITY
+    record = wait_boot(stack, vm, since, stale + 30)
+    assert record["kind"] == "disk"
+    task_uri = f"/redfish/v1/TaskService/Tasks/{reset['task']}"
+    wait_for(lambda: rf.get(task_uri)["TaskState"] == "Completed", 30, what="Reset task done")
+    wait_for(lambda: rf.system(vm)["PowerState"] == "On", 30, what="PowerState On")
+    recorded = store.get_task(reset["task"])
+    assert float(recorded["sent"]) - float(recorded["start"]) >= stale  # the reaper's send
+    assert recorded["picked"]
+    # Taken by a worker: nothing is left to send again, and the node started once.
+    assert store.stale_resets(float("inf")) == []
+    assert [b["vmi_uid"] for b in boots(stack, since) if b["vm"] == vm] == [record["vmi_uid"]]
+    starts = [
+        r
+        for r in kube_requests(stack, since)
+        if r["method"] == "PUT" and r["path"].endswith(f"/virtualmachines/{vm}/start")
+    ]
+    assert len(starts) == 1, starts
+    store.r.close()

@@ -2,52 +2,142 @@
 
 from __future__ import annotations
 
+import pytest
+
+from fleetfish.store import KEY_RESETS, key_media_cred, key_task
+
 
 def test_reset_on_during_pending_insert_is_deferred_and_released_once(store):
-    ins = store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso", "t-insert")
+    ins = store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso")
     assert store.get_media("ns.vm")["state"] == "Starting"
-    assert store.request_power("ns.vm", "On", "t-reset")["verdict"] == "deferred"
+    on = store.request_power("ns.vm", "On")
+    assert on["verdict"] == "deferred" and on["celery_id"] == ""
+    assert store.get_task(on["task"])["state"] == "Pending"
     first = store.release_deferred("ns.vm", "Cd", ins["gen"], "body-1")
-    assert first == {"verdict": "released", "action": "On", "task": "t-reset"}
+    assert first == {"verdict": "released", "action": "On", "task": on["task"]}
     # A redelivered body gets the same action back; another body gets nothing.
     assert store.release_deferred("ns.vm", "Cd", ins["gen"], "body-1")["verdict"] == "inflight"
     assert store.release_deferred("ns.vm", "Cd", ins["gen"], "body-2")["verdict"] == "none"
     assert store.get_media("ns.vm")["state"] == "Enabled"
+    # The media chord runs it: it is not waiting for a power.reset message.
+    assert store.stale_resets(float("inf")) == []
 
 
 def test_reset_without_pending_media_runs_now(store):
-    assert store.request_power("ns.vm", "On", "t1")["verdict"] == "run"
+    on = store.request_power("ns.vm", "On")
+    assert on["verdict"] == "run"
+    task = store.get_task(on["task"])
+    assert task["name"] == "Reset On" and task["system"] == "ns.vm" and task["action"] == "On"
+    # Recorded with the Celery id it is sent under, until a worker takes it.
+    assert task["celery_id"] == on["celery_id"] and on["celery_id"]
+    assert store.stale_resets(float("inf")) == [on["task"]]
+    assert store.take_reset(on["task"]) == "New"
+    assert store.stale_resets(float("inf")) == []
+    assert store.get_task(on["task"])["picked"]
 
 
 def test_force_off_cancels_deferred_on(store):
-    store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso", "t-insert")
-    store.request_power("ns.vm", "On", "t-on")
-    verdict = store.request_power("ns.vm", "ForceOff", "t-off")
-    assert verdict == {"verdict": "run", "cancelled_task": "t-on"}
+    store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso")
+    on = store.request_power("ns.vm", "On")
+    off = store.request_power("ns.vm", "ForceOff")
+    assert off["verdict"] == "run" and off["cancelled_task"] == on["task"]
+    assert "deferred" not in store.get_power("ns.vm")
+    cancelled = store.get_task(on["task"])
+    assert cancelled["state"] == "Cancelled" and cancelled["end"]
+    assert f"ForceOff (task {off['task']})" in cancelled["message"]
+
+
+def test_sequential_mode_never_defers(store):
+    store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso")
+    assert store.request_power("ns.vm", "On", defer=False)["verdict"] == "run"
     assert "deferred" not in store.get_power("ns.vm")
 
 
 def test_failed_media_drops_deferred_power_on(store):
-    ins = store.begin_insert("ns.vm", "Cd", "http://iso/missing.iso", "t-insert")
-    store.request_power("ns.vm", "On", "t-on")
-    assert store.fail_media("ns.vm", "Cd", ins["gen"], "404")["cancelled_task"] == "t-on"
+    ins = store.begin_insert("ns.vm", "Cd", "http://iso/missing.iso")
+    on = store.request_power("ns.vm", "On")
+    assert store.fail_media("ns.vm", "Cd", ins["gen"], "404")["cancelled_task"] == on["task"]
     media = store.get_media("ns.vm")
     assert media["inserted"] == "0" and media["health"] == "Critical"
     assert store.release_deferred("ns.vm", "Cd", ins["gen"], "b")["verdict"] == "none"
 
 
 def test_stale_generation_cannot_release_or_update(store):
-    old = store.begin_insert("ns.vm", "Cd", "http://iso/a.iso", "t1")
-    new = store.begin_insert("ns.vm", "Cd", "http://iso/b.iso", "t2")
+    old = store.begin_insert("ns.vm", "Cd", "http://iso/a.iso")
+    new = store.begin_insert("ns.vm", "Cd", "http://iso/b.iso")
     assert new["previous_image"] == "http://iso/a.iso"
     assert not store.update_media("ns.vm", "Cd", old["gen"], progress=50)
     assert store.release_deferred("ns.vm", "Cd", old["gen"], "b")["verdict"] == "stale"
     assert store.get_media("ns.vm")["image"] == "http://iso/b.iso"
 
 
+def test_insert_creates_its_running_task_and_credentials_together(store):
+    ins = store.begin_insert("ns.vm", "Cd", "http://iso/a.iso", username="u", password="p")
+    task = store.get_task(ins["task"])
+    assert task["name"] == "InsertMedia Cd" and task["state"] == "Running"
+    assert store.get_media("ns.vm")["task"] == ins["task"]
+    assert store.media_credentials("ns.vm") == {"username": "u", "password": "p"}
+    assert 0 < store.r.ttl(key_task(ins["task"])) <= store.task_ttl
+    assert ins["task"] in store.task_ids()
+    store.begin_insert("ns.vm", "Cd", "http://iso/b.iso")
+    assert not store.r.exists(key_media_cred("ns.vm"))
+
+
 def test_eject_while_pending_releases_deferred_action(store):
-    store.begin_insert("ns.vm", "Cd", "http://iso/a.iso", "t1")
-    store.request_power("ns.vm", "On", "t-on")
-    ej = store.begin_eject("ns.vm", "Cd", "t-ej")
-    assert ej["was_pending"] and ej["released_action"] == "On" and ej["released_task"] == "t-on"
+    store.begin_insert("ns.vm", "Cd", "http://iso/a.iso")
+    on = store.request_power("ns.vm", "On")
+    ej = store.begin_eject("ns.vm", "Cd")
+    assert ej["was_pending"] and ej["released_action"] == "On"
+    assert ej["released_task"] == on["task"]
     assert store.get_media("ns.vm")["inserted"] == "0"
+    assert store.get_task(ej["task"])["state"] == "Running"
+    # The released Reset is now sent as power.reset: recorded under the id it is sent with.
+    released = store.get_task(on["task"])
+    assert released["state"] == "Running" and released["celery_id"] == ej["released_celery_id"]
+    assert store.stale_resets(float("inf")) == [on["task"]]
+
+
+def test_eject_with_nothing_to_undo_ends_its_task_at_once(store):
+    store.r.hset("ff:media:ns.vm:Cd", mapping={"inserted": "1", "state": "Enabled"})
+    ej = store.begin_eject("ns.vm", "Cd")
+    assert not ej["was_pending"] and not ej["previous_dv"]
+    task = store.get_task(ej["task"])
+    assert task["state"] == "Completed" and task["end"] and task["percent"] == "100"
+
+
+@pytest.mark.parametrize("call", ["insert", "eject", "reset"])
+def test_a_failed_request_step_leaves_no_task(store, call):
+    # The task is written by the same script as the request: a script that fails (here on a
+    # media key of the wrong type) writes neither.
+    store.r.set("ff:media:ns.vm:Cd", "not a hash")
+    with pytest.raises(Exception, match="WRONGTYPE"):
+        if call == "insert":
+            store.begin_insert("ns.vm", "Cd", "http://iso/a.iso")
+        elif call == "eject":
+            store.begin_eject("ns.vm", "Cd")
+        else:
+            store.request_power("ns.vm", "On")
+    assert store.task_ids() == []
+    assert store.r.zcard(KEY_RESETS) == 0
+
+
+def test_a_resent_reset_is_touched_and_a_superseded_one_cancelled(store):
+    first = store.request_power("ns.vm", "ForceOff")
+    # Sent long ago and never taken by a worker.
+    store.r.zadd(KEY_RESETS, {first["task"]: 1.0})
+    claim = store.resend_reset(first["task"], sent_before=100.0)
+    assert claim == {
+        "verdict": "resend",
+        "system": "ns.vm",
+        "action": "ForceOff",
+        "celery_id": first["celery_id"],
+    }
+    assert store.resend_reset(first["task"], sent_before=100.0)["verdict"] == "fresh"
+    # A later Reset of the same system: the old one is not sent again but ends.
+    store.r.zadd(KEY_RESETS, {first["task"]: 1.0})
+    later = store.request_power("ns.vm", "On")
+    claim = store.resend_reset(first["task"], sent_before=100.0)
+    assert claim["verdict"] == "superseded" and claim["superseded_by"] == later["task"]
+    assert store.get_task(first["task"])["state"] == "Cancelled"
+    assert store.take_reset(first["task"]) == "Cancelled"
+    assert store.stale_resets(float("inf")) == [later["task"]]

@@ -171,30 +171,35 @@ class Lab:
         return f"{self.iso_url}/{name}"
 
     def insert(self, system: str, image: str) -> str:
-        task = self.store.new_task("InsertMedia Cd", system, state="Running")
-        ins = self.store.begin_insert(system, "Cd", image, task)
+        ins = self.store.begin_insert(system, "Cd", image)
+        task = ins["task"]
         canvas.insert_media_chord(self.client, system, "Cd", ins["gen"], image, task).apply_async()
         return task
 
     def eject(self, system: str) -> str:
-        task = self.store.new_task("EjectMedia Cd", system, state="Running")
-        ej = self.store.begin_eject(system, "Cd", task)
-        canvas.eject_media(self.client, system, "Cd", ej["gen"], task).apply_async()
+        ej = self.store.begin_eject(system, "Cd")
+        canvas.eject_media(self.client, system, "Cd", ej["gen"], ej["task"]).apply_async()
         if ej["released_action"]:
             canvas.power_reset(
-                self.client, system, ej["released_action"], ej["released_task"]
+                self.client,
+                system,
+                ej["released_action"],
+                ej["released_task"],
+                ej["released_celery_id"],
             ).apply_async()
-        return task
+        return ej["task"]
 
     def boot_once_cd(self, system: str) -> None:
         gen = self.store.set_boot(system, enabled="Once", target="Cd", mode="UEFI")
         canvas.boot_apply(self.client, system, gen).apply_async()
 
     def reset(self, system: str, action: str = "On") -> tuple[str, str]:
-        task = self.store.new_task(f"Reset {action}", system, state="Running")
-        verdict = self.store.request_power(system, action, task)
+        verdict = self.store.request_power(system, action)
+        task = verdict["task"]
         if verdict["verdict"] == "run":
-            canvas.power_reset(self.client, system, action, task).apply_async()
+            canvas.power_reset(
+                self.client, system, action, task, verdict["celery_id"]
+            ).apply_async()
         return task, verdict["verdict"]
 
     def task(self, task_id: str) -> dict:

@@ -1,4 +1,5 @@
-"""Reset actions through the real adapter against the simulator, including redelivery."""
+"""Reset actions through the real adapter against the simulator, including redelivery and a
+copy sent again by the reaper."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import pytest
 import requests
 
 from fleetfish.settings import Settings
+from tasks import canvas
 from tests.workers.conftest import NAMESPACE, system, wait_for
 from workers.kubevirt import KubeVirt
 from workers.power import PowerError, run_power
@@ -77,3 +79,57 @@ def test_transient_errors_are_retried_with_backoff(lab):
     wait_for(lambda: printable(lab) == "Running", 10, "Running")
     starts = [r for r in lab.kube("/lab/requests")["requests"] if r["path"].endswith("/start")]
     assert [r["status"] for r in starts] == [500, 202]
+
+
+def stop_requests(lab) -> list[dict]:
+    return [
+        r
+        for r in lab.kube("/lab/requests")["requests"]
+        if r["method"] == "PUT" and r["path"].endswith(f"/{VM0}/stop")
+    ]
+
+
+def test_redelivered_force_off_leaves_a_vm_started_since_alone(lab, power):
+    power("On", lab.store.new_task("Reset On", system(VM0)))
+    wait_for(lambda: printable(lab) == "Running", 10, "Running")
+    task = lab.store.new_task("Reset ForceOff", system(VM0))
+    assert power("ForceOff", task) == "Powered off"
+    wait_for(lambda: printable(lab) == "Stopped", 10, "Stopped")
+    # The worker died after the stop, before recording it; meanwhile the next Ironic cycle
+    # powered the node on again.
+    lab.store.r.hdel(f"ff:task:{task}", "acted")
+    power("On", lab.store.new_task("Reset On", system(VM0)))
+    wait_for(lambda: printable(lab) == "Running", 10, "Running again")
+    # The ForceOff's message comes back after the visibility timeout: it must not stop the
+    # new VMI.
+    assert "already done" in power("ForceOff", task)
+    assert len(stop_requests(lab)) == 1
+    assert printable(lab) == "Running"
+    assert len(lab.boots(VM0)) == 2
+
+
+def unacked(lab) -> int:
+    """Messages workers hold: running, or waiting for a retry countdown."""
+    return lab.store.r.hlen("unacked")
+
+
+def test_a_reset_sent_again_while_its_first_copy_runs_acts_once(lab):
+    lab.start_kubesim(vms=1, import_seconds=1)
+    lab.start_worker("w1")
+    # The first copy is held inside `start` while the reaper's copy (same Redfish task, same
+    # Celery id) arrives.
+    fault = {"method": "PUT", "path_regex": "/start$", "delay_seconds": 5, "count": 1}
+    requests.post(f"{lab.kube_url}/lab/faults", json=fault, timeout=5).raise_for_status()
+    task, verdict = lab.reset(system(VM0), "On")
+    assert verdict == "run"
+    wait_for(lambda: lab.task(task).get("picked"), 20, "the first copy taken")
+    recorded = lab.task(task)
+    canvas.power_reset(lab.client, system(VM0), "On", task, recorded["celery_id"]).apply_async()
+    done = wait_for(lambda: lab.task_done(task), 60, "Reset On to end")
+    assert done["state"] == "Completed", done
+    wait_for(lambda: len(lab.boots(VM0)) == 1, 20, "the boot")
+    # The copy has run (or been dropped) once the queue and the reserved tasks are empty.
+    wait_for(lambda: not lab.store.r.llen("fleetfish.power") and not unacked(lab), 30, "idle")
+    starts = [r for r in lab.kube("/lab/requests")["requests"] if r["path"].endswith("/start")]
+    assert len(starts) == 1, starts
+    assert len(lab.boots(VM0)) == 1
