@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fleetfish.redis_transport import TRANSPORT
 from fleetfish.settings import Settings
 
 MEDIA_QUEUE = "fleetfish.media"
@@ -9,6 +10,10 @@ POWER_QUEUE = "fleetfish.power"
 
 # Routing by name, so the API can send tasks without importing worker code.
 TASK_ROUTES = {
+    # The chord body powers the node on once its media is attached: it must not wait behind
+    # the media queue's backlog of imports and attaches of other nodes. Workers pop their
+    # queues in turn, so a power-on waits for at most about one media task per free slot.
+    "media.release": {"queue": POWER_QUEUE},
     "media.*": {"queue": MEDIA_QUEUE},
     "power.*": {"queue": POWER_QUEUE},
     "boot.*": {"queue": POWER_QUEUE},
@@ -16,6 +21,15 @@ TASK_ROUTES = {
 
 
 def celery_config(settings: Settings) -> dict:
+    conf = _celery_config(settings)
+    if settings.redis_url.startswith("redis://"):
+        # Plain Redis only: rediss:// (TLS), sentinel and unix sockets keep kombu's own
+        # transport, whose URL handling sets them up.
+        conf["broker_transport"] = TRANSPORT
+    return conf
+
+
+def _celery_config(settings: Settings) -> dict:
     return {
         "broker_url": settings.redis_url,
         "result_backend": settings.redis_url,
