@@ -41,6 +41,8 @@ class Settings:
     image_allowlist: tuple[str, ...] = ()
     import_timeout: int = 1800
     import_poll_seconds: float = 1.0
+    # Polls of a long import space out up to this, aiming at half its estimated remaining time.
+    import_poll_max_seconds: float = 10.0
     dv_size_margin: float = 1.3
     dv_min_size_mib: int = 64
     dv_storage_class: str = ""
@@ -73,6 +75,9 @@ class Settings:
             import_timeout=int(e.get("FLEETFISH_IMPORT_TIMEOUT", cls.import_timeout)),
             import_poll_seconds=float(
                 e.get("FLEETFISH_IMPORT_POLL_SECONDS", cls.import_poll_seconds)
+            ),
+            import_poll_max_seconds=float(
+                e.get("FLEETFISH_IMPORT_POLL_MAX_SECONDS", cls.import_poll_max_seconds)
             ),
             dv_size_margin=float(e.get("FLEETFISH_DV_SIZE_MARGIN", cls.dv_size_margin)),
             dv_min_size_mib=int(e.get("FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib)),

@@ -23,6 +23,7 @@ from workers.media import (
     dv_name,
     ensure_dv,
     head_content_length,
+    import_poll_delay,
     import_status,
     remove_cdrom_volume,
     set_cdrom_volume,
@@ -154,8 +155,18 @@ def media_import(self, system_id, device, gen, image, task_id, started=None, tra
         raise
     if result is not None:
         return result
-    kwargs["started"] = started or time.time()
-    raise self.retry(countdown=runtime.settings().import_poll_seconds, kwargs=kwargs)
+    conf = runtime.settings()
+    kwargs["started"] = started = started or time.time()
+    # The percentage this poll just recorded (import_step wrote it for this generation).
+    progress = float(runtime.store().get_media(system_id, device).get("progress") or 0)
+    delay = import_poll_delay(
+        progress,
+        time.time() - started,
+        conf.import_poll_seconds,
+        conf.import_poll_max_seconds,
+        conf.visibility_timeout,
+    )
+    raise self.retry(countdown=delay, kwargs=kwargs)
 
 
 def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:

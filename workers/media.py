@@ -151,6 +151,24 @@ def import_status(dv: dict) -> ImportStatus:
     return ImportStatus(phase, progress, False, "")
 
 
+def import_poll_delay(
+    progress: float | None, elapsed: float, base: float, cap: float, visibility_timeout: float
+) -> float:
+    """Seconds until the next look at an import: half its estimated remaining time, at least
+    ``base``, at most ``cap`` (and a third of the visibility timeout, beyond which Redis would
+    deliver the waiting message again).
+
+    The estimate extrapolates the progress seen after ``elapsed`` seconds; with no progress yet
+    it polls every ``base`` seconds. A 30 s import is looked at about 8 times instead of 30, and
+    polls come every ``base`` seconds again near its end, so the finish is seen as soon as before.
+    """
+    ceiling = max(base, min(cap, visibility_timeout / 3))
+    if not progress or progress <= 0 or elapsed <= 0:
+        return base
+    remaining = elapsed * (100.0 - min(progress, 100.0)) / progress
+    return max(base, min(ceiling, remaining / 2))
+
+
 def _template_spec(vm: dict) -> dict:
     return vm.setdefault("spec", {}).setdefault("template", {}).setdefault("spec", {})
 

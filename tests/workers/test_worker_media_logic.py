@@ -20,6 +20,7 @@ from workers.media import (
     LABEL_SYSTEM,
     dv_body,
     dv_name,
+    import_poll_delay,
     import_status,
     parse_progress,
     remove_cdrom_volume,
@@ -155,3 +156,29 @@ def test_dv_body_references_the_credentials_secret_only_when_given():
     plain = dv_body("ns.vm0", "Cd", "http://iso/a.iso", "64Mi", Settings(dv_storage_class="fast"))
     assert "secretRef" not in plain["spec"]["source"]["http"]
     assert plain["spec"]["storage"]["storageClassName"] == "fast"
+
+
+def test_import_polls_space_out_on_a_long_import_and_tighten_near_its_end():
+    """A 30 s import at a steady rate, polled as media.import does (elapsed counted from the
+    first poll): a few polls instead of 30, and the finish seen within one base interval."""
+    duration, base = 30.0, 1.0
+    polls = [base]
+    while polls[-1] < duration and len(polls) < 100:
+        progress = min(100.0, 100.0 * polls[-1] / duration)
+        polls.append(polls[-1] + import_poll_delay(progress, polls[-1] - polls[0], base, 10, 60))
+    assert polls[-1] < duration + base
+    assert len(polls) <= 12
+
+
+def test_import_poll_delay_bounds():
+    # no progress known yet: the base interval
+    assert import_poll_delay(None, 5.0, 1.0, 10.0, 60) == 1.0
+    assert import_poll_delay(0.0, 5.0, 1.0, 10.0, 60) == 1.0
+    # 10% after 10 s: about 90 s left, capped
+    assert import_poll_delay(10.0, 10.0, 1.0, 10.0, 60) == 10.0
+    # never longer than a third of the visibility timeout (the message would come back)
+    assert import_poll_delay(10.0, 10.0, 1.0, 10.0, 9) == 3.0
+    # almost done: never below the base interval
+    assert import_poll_delay(99.9, 30.0, 1.0, 10.0, 60) == 1.0
+    # half way after 8 s: 8 s left, poll in 4 s
+    assert import_poll_delay(50.0, 8.0, 1.0, 10.0, 60) == 4.0
