@@ -331,6 +331,15 @@ redis.call('HDEL', KEYS[2], 'deferred', 'deferred_task', 'deferred_at')
 return {'failed', dtask}
 """
 
+# KEYS: boot. ARGV: gen. Ends a Once override (Disabled/None, new gen) only if ``gen`` is
+# still the current one: a late end of an earlier Once must not cancel a newer request.
+_END_BOOT_ONCE = """
+if (redis.call('HGET', KEYS[1], 'gen') or '0') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'enabled') ~= 'Once' then return 0 end
+redis.call('HSET', KEYS[1], 'enabled', 'Disabled', 'target', 'None')
+return redis.call('HINCRBY', KEYS[1], 'gen', 1)
+"""
+
 # KEYS: media. ARGV: gen, then field/value pairs. Updates only the current generation.
 _UPDATE_IF_GEN = """
 if (redis.call('HGET', KEYS[1], 'gen') or '0') ~= ARGV[1] then return 0 end
@@ -372,6 +381,7 @@ class Store:
         self._take_reset = client.register_script(_TAKE_RESET)
         self._resend_reset = client.register_script(_RESEND_RESET)
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
+        self._end_boot_once = client.register_script(_END_BOOT_ONCE)
 
     @classmethod
     def from_url(cls, url: str, task_ttl: int = 86400, **kwargs: Any) -> Store:
@@ -629,6 +639,11 @@ class Store:
             pipe.hset(key_boot(system_id), mapping={k: _s(v) for k, v in fields.items()})
         pipe.hincrby(key_boot(system_id), "gen", 1)
         return int(pipe.execute()[-1])
+
+    def end_boot_once(self, system_id: str, gen: int | str) -> bool:
+        """Set a Once override back to Disabled/None if it is still generation ``gen``;
+        False when a newer request (or an earlier end) changed it meanwhile."""
+        return bool(self._end_boot_once(keys=[key_boot(system_id)], args=[str(gen)]))
 
     # -- Redfish tasks -----------------------------------------------------------------------
 

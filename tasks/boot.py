@@ -39,12 +39,20 @@ def boot_apply(self, system_id, boot_gen, transient=0):
 
 @shared_task(bind=True, name="boot.revert_once", max_retries=None, acks_late=True)
 @single_delivery
-def boot_revert_once(self, system_id, vmi_uid_before, since=None, transient=0):
+def boot_revert_once(self, system_id, vmi_uid_before, boot_gen=None, since=None, transient=0):
     """Once a VMI other than ``vmi_uid_before`` exists, restore the VM's own boot order and set
-    the override back to Disabled/None (the one-time boot has been consumed)."""
+    the override back to Disabled/None (the one-time boot has been consumed).
+
+    Only for the override generation ``boot_gen`` the power-on started the VM with: a late or
+    repeated copy finding a newer override (the next Ironic cycle's Once) stops without
+    touching it. ``None``: a message sent before generations were carried; ends any Once.
+    """
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
     ns, name = split_system_id(system_id)
     since = since or time.time()
+    if boot_gen is not None and store.get_boot(system_id).get("gen") != str(boot_gen):
+        log.info("boot override gen %s superseded: nothing to revert", boot_gen)
+        return {"reverted": False, "stale": True}
     try:
         current = vmi_uid(kv.get_vmi(ns, name))
         if not current or current == vmi_uid_before:
@@ -52,10 +60,20 @@ def boot_revert_once(self, system_id, vmi_uid_before, since=None, transient=0):
                 log.warning("no new VMI after %s s: boot order left as overridden", REVERT_WAIT)
                 return {"reverted": False}
             raise self.retry(countdown=REVERT_POLL, kwargs={"since": since, "transient": 0})
-        kv.update_vm(ns, name, restore_mutator(conf.cdrom_disk))
+        if boot_gen is not None and store.get_boot(system_id).get("gen") != str(boot_gen):
+            # Superseded while we looked at the VMI: the newer override owns the VM's order.
+            log.info("boot override gen %s superseded: nothing to revert", boot_gen)
+            return {"reverted": False, "stale": True}
+        # The VM records which override it holds: a newer one written after the check above
+        # makes this PUT conflict, and the retried read leaves it alone.
+        kv.update_vm(ns, name, restore_mutator(conf.cdrom_disk, boot_gen))
     except Transient as exc:
         raise retry_transient(self, exc, {"since": since, "transient": transient}) from None
-    if store.get_boot(system_id).get("enabled") == "Once":
-        store.set_boot(system_id, enabled="Disabled", target="None")
+    if boot_gen is None:
+        if store.get_boot(system_id).get("enabled") == "Once":
+            store.set_boot(system_id, enabled="Disabled", target="None")
+    elif not store.end_boot_once(system_id, boot_gen):
+        log.info("boot override gen %s superseded: left as requested", boot_gen)
+        return {"reverted": False, "stale": True}
     log.info("one-time boot consumed by VMI %s, boot order restored", current)
     return {"reverted": True, "vmi": current}

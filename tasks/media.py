@@ -226,10 +226,13 @@ def media_attach(self, system_id, device, gen, task_id, since=None, transient=0)
     )
 
 
-def _schedule_revert(system_id: str, vmi_uid_before: str) -> None:
+def _schedule_revert(system_id: str, vmi_uid_before: str, boot_gen: str) -> None:
     from celery import current_app
 
-    current_app.send_task("boot.revert_once", args=(system_id, vmi_uid_before), countdown=1)
+    # boot_gen travels in args: a retry replaces the kwargs, never the args.
+    current_app.send_task(
+        "boot.revert_once", args=(system_id, vmi_uid_before, boot_gen or None), countdown=1
+    )
 
 
 @shared_task(bind=True, name="media.release", max_retries=None, acks_late=True)

@@ -94,13 +94,14 @@ def run_power(
     system_id: str,
     action: str,
     task_id: str,
-    schedule_revert: Callable[[str, str], None] | None = None,
+    schedule_revert: Callable[[str, str, str], None] | None = None,
 ) -> str:
     """Perform one Reset action; returns the message for the Redfish task.
 
     Raises PowerError (unsupported, no such VM), or a KubeError (Transient: retry).
-    ``schedule_revert(system_id, vmi_uid_before)`` is called after a power-on under a Once
-    boot override, so the original order comes back once the new VMI exists.
+    ``schedule_revert(system_id, vmi_uid_before, boot_gen)`` is called after a power-on under
+    a Once boot override, so the original order comes back once the new VMI exists; it ends
+    that generation of the override only, never a newer one requested meanwhile.
     """
     if action not in ACTIONS:
         raise PowerError(f"ResetType {action} is not supported")
@@ -115,11 +116,23 @@ def run_power(
     if task_id and store.r.hget(key_task(task_id), "acted") == "1":
         return f"{action} already done"
 
+    def schedule(boot_gen: str) -> None:
+        if schedule_revert:
+            schedule_revert(system_id, before if before != "-" else "", boot_gen)
+
+    def applied(override: dict) -> dict:
+        # The generation the first delivery started the VM with is the one its power-on
+        # consumes, whatever a redelivery finds stored by then.
+        _remember(store, task_id, "boot_gen", str(override.get("gen", "")))
+        return override
+
     def revert_once_later() -> None:
         # A delivery killed after starting the VM but before scheduling the revert would leave
         # the one-time override in place for ever; scheduling it twice is harmless.
-        if schedule_revert and store.get_boot(system_id).get("enabled") == "Once":
-            schedule_revert(system_id, before if before != "-" else "")
+        boot = store.get_boot(system_id)
+        if boot.get("enabled") == "Once":
+            recorded = store.r.hget(key_task(task_id), "boot_gen") if task_id else None
+            schedule(recorded or boot.get("gen", ""))
 
     if before != now and action in ("ForceRestart", "GracefulRestart", "PowerCycle"):
         # An earlier delivery restarted the VM and died before saying so.
@@ -138,26 +151,26 @@ def run_power(
     store.update_task(task_id, state="Running", message=f"{action} in progress")
 
     def power_on() -> str:
-        override = apply_boot_override(kv, store, settings, system_id)
+        override = applied(apply_boot_override(kv, store, settings, system_id))
         started = _tolerate(
             lambda: kv.start_vm(ns, name), "already running", "does not support manual start"
         )
-        if override.get("enabled") == "Once" and schedule_revert:
-            schedule_revert(system_id, before if before != "-" else "")
+        if override.get("enabled") == "Once":
+            schedule(str(override.get("gen", "")))
         return "Powered on" if started else "Already on"
 
     def restart(force: bool) -> str:
         if not vmi_active(vmi):
             return power_on()
-        override = apply_boot_override(kv, store, settings, system_id)
+        override = applied(apply_boot_override(kv, store, settings, system_id))
         try:
             kv.restart_vm(ns, name, force=force)
         except Conflict as exc:
             if "not running" not in exc.message.lower():
                 raise
             kv.start_vm(ns, name)
-        if override.get("enabled") == "Once" and schedule_revert:
-            schedule_revert(system_id, before if before != "-" else "")
+        if override.get("enabled") == "Once":
+            schedule(str(override.get("gen", "")))
         return "Restarted"
 
     if action in ("On", "ForceOn"):

@@ -141,3 +141,17 @@ def test_a_resent_reset_is_touched_and_a_superseded_one_cancelled(store):
     assert store.get_task(first["task"])["state"] == "Cancelled"
     assert store.take_reset(first["task"]) == "Cancelled"
     assert store.stale_resets(float("inf")) == [later["task"]]
+
+
+def test_a_once_override_is_ended_only_for_its_own_generation(store):
+    first = store.set_boot("ns.vm", enabled="Once", target="Cd")
+    second = store.set_boot("ns.vm", enabled="Once", target="Cd")
+    # The end of the first power-on's one-time boot comes after the next request.
+    assert store.end_boot_once("ns.vm", first) is False
+    assert store.get_boot("ns.vm")["enabled"] == "Once"
+    assert store.end_boot_once("ns.vm", second) is True
+    boot = store.get_boot("ns.vm")
+    assert (boot["enabled"], boot["target"]) == ("Disabled", "None")
+    assert int(boot["gen"]) > second
+    # A repeated end changes nothing.
+    assert store.end_boot_once("ns.vm", second) is False

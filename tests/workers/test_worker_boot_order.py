@@ -96,3 +96,13 @@ def test_write_order_drops_orders_not_in_the_plan():
     vm = lab_vm()
     write_order(vm, {"disks": {"cdrom": 1}, "interfaces": {}})
     assert orders(vm) == {"rootdisk": None, "cdrom": 1, "default": None}
+
+
+def test_restore_for_an_older_override_leaves_a_newer_one_in_place():
+    vm = lab_vm()
+    boot_mutator({"enabled": "Once", "target": "Cd", "gen": "3"}, "cdrom")(vm)
+    newer = copy.deepcopy(vm)
+    assert restore_mutator("cdrom", "2")(vm) is False
+    assert vm == newer
+    assert restore_mutator("cdrom", "3")(vm) is True
+    assert orders(vm) == {"rootdisk": 1, "cdrom": None, "default": None}
