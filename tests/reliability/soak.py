@@ -199,12 +199,14 @@ class Soak:
             mine = [b for b in records if b["vm"] == c.vm and c.start <= b["time"] <= c.end]
             if not c.booted or c.error:
                 rep.lost += 1
-                rep.errors.append(f"{c.vm} {c.image}: {c.error or 'no boot'}")
+                rep.errors.append(
+                    f"{c.vm} {c.image} {c.start:.2f}-{c.end:.2f}: {c.error or 'no boot'}"
+                )
                 continue
             wrong = [b for b in mine if b["kind"] != "cdrom" or b["image_url"] != c.image]
             if len(mine) != 1 or wrong:
                 rep.duplicated += 1
-                rep.errors.append(f"{c.vm} {c.image}: boots {mine}")
+                rep.errors.append(f"{c.vm} {c.image} {c.start:.2f}-{c.end:.2f}: boots {mine}")
                 continue
             rep.cycles_ok += 1
         # A boot outside every cycle would be a power-on nobody asked for.
@@ -271,10 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--visibility-timeout", type=int, default=8)
     parser.add_argument("--sample-every", type=float, default=60.0)
     parser.add_argument("--json", type=Path, help="also write the report here")
+    parser.add_argument(
+        "--var-dir",
+        type=Path,
+        help="keep the lab's state and logs (logs/worker0.log, ...) here to read afterwards",
+    )
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="ff-soak-") as tmp:
-        rep = run_soak(
-            Path(tmp),
+
+    def soak(var_dir: Path) -> SoakReport:
+        return run_soak(
+            var_dir,
             args.minutes,
             args.vms,
             args.max_kills or max(1, int(args.minutes)),
@@ -283,6 +291,13 @@ def main(argv: list[str] | None = None) -> int:
             args.visibility_timeout,
             args.sample_every,
         )
+
+    if args.var_dir:
+        rep = soak(args.var_dir)
+        print(f"lab logs: {args.var_dir / 'logs'}")
+    else:
+        with tempfile.TemporaryDirectory(prefix="ff-soak-") as tmp:
+            rep = soak(Path(tmp))
     print(format_report(rep))
     if args.json:
         args.json.write_text(json.dumps(asdict(rep), indent=2))
