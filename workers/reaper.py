@@ -1,4 +1,4 @@
-"""Re-sends InsertMedia and Reset work whose message was lost (run by the watcher).
+"""Re-sends InsertMedia, EjectMedia and Reset work whose message was lost (run by the watcher).
 
 Redis hands a queued message to a worker's blocking pop before the worker records it as
 unacked; a worker host cut off from the network at that moment takes the message with it, and
@@ -9,6 +9,11 @@ Media: the media stays Starting/Updating and a deferred Reset waits for ever. Me
 untouched for ``stale_after`` seconds is sent again for its generation: every step is
 idempotent per generation and the deferred Reset is handed over exactly once
 (``Store.release_deferred``), so a duplicate of slow-but-alive work only polls twice.
+
+Eject: the EjectMedia task stays Running, and the cdrom volume and the DataVolume stay. An
+eject whose task has not ended ``stale_after`` seconds after it was recorded (or last sent) is
+sent again for its generation: the eject is idempotent and runs under the device lock with its
+generation checked, so a copy of a slow one only finds nothing left to do.
 
 Reset: the Redfish task stays Running and the node never changes state. A Reset sent as
 ``power.reset`` stays in ``ff:resets`` until a worker takes its message; one still there after
@@ -26,13 +31,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from fleetfish.store import DEVICES, PENDING_STATES, Store
+from fleetfish.store import DEVICES, ENDED_TASK_STATES, PENDING_STATES, Store
 
 log = logging.getLogger("fleetfish.watcher")
 
 SendChord = Callable[[str, str, int, str, str], None]
 # system id, ResetType, Redfish task id, Celery id
 SendReset = Callable[[str, str, str, str], None]
+# system id, device, media generation, Redfish task id
+SendEject = Callable[[str, str, int, str], None]
 
 
 def stale_media(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
@@ -68,6 +75,44 @@ def resend_stalled(store: Store, send: SendChord, stale_after: float) -> list[st
     return sent
 
 
+def stalled_ejects(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
+    """(system, device, media) of ejects whose task has not ended ``stale_after`` seconds
+    after it was recorded or last sent."""
+    found = []
+    for system_id in store.system_ids():
+        for device in DEVICES:
+            media = store.get_media(system_id, device)
+            # An eject's generation has no image; an insert's (pending or failed) has one.
+            if media.get("image") or media.get("state") in PENDING_STATES or not media.get("task"):
+                continue
+            if now - float(media.get("updated") or 0) < stale_after:
+                continue
+            task = store.get_task(media["task"])
+            if task and task.get("state") not in ENDED_TASK_STATES:
+                found.append((system_id, device, media))
+    return found
+
+
+def resend_stalled_ejects(store: Store, send: SendEject, stale_after: float) -> list[str]:
+    """Send ``media.eject`` again for each stalled eject; the system ids it was sent for."""
+    sent = []
+    for system_id, device, media in stalled_ejects(store, time.time(), stale_after):
+        gen = int(media["gen"])
+        # Touch first: a failure to send is retried after another stale period, not at once.
+        if not store.update_media(system_id, device, gen):
+            continue  # superseded meanwhile
+        log.warning(
+            "eject of %s %s gen %s not done after %.0f s: sending it again",
+            system_id,
+            device,
+            gen,
+            stale_after,
+        )
+        send(system_id, device, gen, media["task"])
+        sent.append(system_id)
+    return sent
+
+
 def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> list[str]:
     """Send ``power.reset`` again for each Reset no worker took within ``stale_after``
     seconds; the task ids it was sent for."""
@@ -99,13 +144,13 @@ def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> lis
     return sent
 
 
-def celery_senders(settings) -> tuple[SendChord, SendReset]:
-    """A SendChord and a SendReset over one client-only Celery app (the watcher imports no
-    task bodies)."""
+def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject]:
+    """A SendChord, a SendReset and a SendEject over one client-only Celery app (the watcher
+    imports no task bodies)."""
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from tasks.canvas import insert_media_chord, power_reset
+    from tasks.canvas import eject_media, insert_media_chord, power_reset
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))
@@ -116,4 +161,7 @@ def celery_senders(settings) -> tuple[SendChord, SendReset]:
     def send_reset(system_id: str, action: str, task_id: str, celery_id: str) -> None:
         power_reset(app, system_id, action, task_id, celery_id).apply_async()
 
-    return send_chord, send_reset
+    def send_eject(system_id: str, device: str, gen: int, task_id: str) -> None:
+        eject_media(app, system_id, device, gen, task_id).apply_async()
+
+    return send_chord, send_reset, send_eject

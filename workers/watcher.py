@@ -33,8 +33,8 @@ WATCH_SECONDS = 30
 MAX_BACKOFF = 10.0
 # Consecutive failed watch reconnects before the whole state is listed again.
 RELIST_AFTER = 5
-# Pending media untouched, or a Reset not taken by any worker, for this many visibility
-# timeouts lost its message: send it again.
+# Pending media untouched, an eject not done, or a Reset not taken by any worker, for this
+# many visibility timeouts lost its message: send it again.
 STALE_MEDIA_TIMEOUTS = 4
 STALE_RESET_TIMEOUTS = 4
 
@@ -70,6 +70,7 @@ class Watcher:
         self._threads: list[threading.Thread] = []
         self.send_chord: reaper.SendChord | None = None
         self.send_reset: reaper.SendReset | None = None
+        self.send_eject: reaper.SendEject | None = None
         self._next_reap = 0.0
 
     # -- lease -------------------------------------------------------------------------------
@@ -133,8 +134,8 @@ class Watcher:
         self.stop_event.set()
 
     def _reap(self) -> None:
-        """Once per visibility timeout, while holding the lease: re-send lost media and Reset
-        work."""
+        """Once per visibility timeout, while holding the lease: re-send lost media, eject and
+        Reset work."""
         if time.monotonic() < self._next_reap:
             return
         vt = self.settings.visibility_timeout
@@ -142,6 +143,8 @@ class Watcher:
         try:
             if self.send_chord is not None:
                 reaper.resend_stalled(self.store, self.send_chord, STALE_MEDIA_TIMEOUTS * vt)
+            if self.send_eject is not None:
+                reaper.resend_stalled_ejects(self.store, self.send_eject, STALE_MEDIA_TIMEOUTS * vt)
             if self.send_reset is not None:
                 reaper.resend_lost_resets(self.store, self.send_reset, STALE_RESET_TIMEOUTS * vt)
         except Exception as exc:  # Redis or broker away: the next round tries again
@@ -150,7 +153,7 @@ class Watcher:
     def resend_lost_work(self) -> None:
         """The reaper's senders over a client-only Celery app (the legacy chain holds its lock
         for a whole import: its media work is never sent twice)."""
-        send_chord, self.send_reset = reaper.celery_senders(self.settings)
+        send_chord, self.send_reset, self.send_eject = reaper.celery_senders(self.settings)
         if not self.settings.legacy_sequential:
             self.send_chord = send_chord
 

@@ -1,9 +1,11 @@
 """The lost-work checks of the watcher's reaper.
 
 Against a real Redis: only pending media untouched for the stale period is sent again, once
-per period, for its current generation; only Resets that no worker took within the stale
-period are sent again, under their own Celery id, and a superseded one is cancelled instead.
-Against the lab: a Reset whose message never reached a worker powers the node on, once.
+per period, for its current generation; only ejects whose task never ended are sent again;
+only Resets that no worker took within the stale period are sent again, under their own
+Celery id, and a superseded one is cancelled instead. Against the lab: a Reset whose message
+never reached a worker powers the node on, once; an eject whose message was lost still empties
+the drive and deletes the DataVolume.
 """
 
 from __future__ import annotations
@@ -11,12 +13,21 @@ from __future__ import annotations
 import time
 
 import pytest
+import requests
 
 from fleetfish.store import KEY_RESETS, Store, key_media
 from tests.e2e.conftest import lab_vm_names
-from tests.helpers import Redfish, boots, kube_requests, system_id, wait_boot, wait_for
-from workers.reaper import resend_lost_resets, resend_stalled
-from workers.watcher import STALE_RESET_TIMEOUTS
+from tests.helpers import (
+    Redfish,
+    boots,
+    datavolumes,
+    kube_requests,
+    system_id,
+    wait_boot,
+    wait_for,
+)
+from workers.reaper import resend_lost_resets, resend_stalled, resend_stalled_ejects
+from workers.watcher import STALE_MEDIA_TIMEOUTS, STALE_RESET_TIMEOUTS
 
 SID = "fleetfish-lab.ostest-master-0"
 OTHER = "fleetfish-lab.ostest-master-1"
@@ -51,6 +62,28 @@ def test_finished_media_is_left_alone(store):
     store.update_media(SID, "Cd", gen, state="Enabled")
     store.r.hset(key_media(SID), "updated", str(time.time() - 1000))
     assert resend_stalled(store, lambda *a: None, stale_after=60) == []
+
+
+def test_only_ejects_whose_task_never_ended_are_sent_again_once(store):
+    for sid in (SID, OTHER, THIRD):
+        _system(store, sid)
+        store.begin_insert(sid, "Cd", "http://iso/a.iso")
+    lost = store.begin_eject(SID, "Cd")
+    done = store.begin_eject(OTHER, "Cd")
+    store.update_task(done["task"], state="Completed")
+    store.begin_insert(THIRD, "Cd", "http://iso/b.iso")  # inserting again: the chord's work
+    for sid in (SID, OTHER, THIRD):
+        store.r.hset(key_media(sid), "updated", str(time.time() - 100))
+    sent = []
+
+    def send(*args):
+        sent.append(args)
+
+    assert resend_stalled_ejects(store, send, stale_after=60) == [SID]
+    assert sent == [(SID, "Cd", int(lost["gen"]), lost["task"])]
+    # Touched when sent: not sent again before another stale period.
+    assert resend_stalled_ejects(store, send, stale_after=60) == []
+    assert len(sent) == 1
 
 
 def _sent_long_ago(store, task_id):
@@ -128,4 +161,32 @@ def test_a_reset_whose_message_was_lost_powers_the_node_on_once(lab_factory):
         if r["method"] == "PUT" and r["path"].endswith(f"/virtualmachines/{vm}/start")
     ]
     assert len(starts) == 1, starts
+    store.r.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_an_eject_whose_message_was_lost_still_empties_the_drive(lab_factory):
+    stack = lab_factory(vms=1, import_seconds=1, workers=1, visibility_timeout=VISIBILITY)
+    vm = lab_vm_names(1)[0]
+    sid = system_id(vm)
+    rf = Redfish(stack)
+    insert = rf.insert(vm, f"{stack.iso_url}/images/lost-eject.iso")
+    assert insert.status_code == 202
+    wait_for(lambda: rf.task(insert)["TaskState"] == "Completed", 60, what="media inserted")
+    assert [d["metadata"]["name"] for d in datavolumes(stack)]
+    store = Store.from_url(stack.redis_url)
+    # What the API records for an EjectMedia; the media.eject message itself never reaches a
+    # worker (popped by a worker SIGKILLed at that instant, or the API killed before sending).
+    eject = store.begin_eject(sid, "Cd")
+    assert rf.media(vm)["Inserted"] is False
+    stale = STALE_MEDIA_TIMEOUTS * VISIBILITY
+    task_uri = f"/redfish/v1/TaskService/Tasks/{eject['task']}"
+    wait_for(lambda: rf.get(task_uri)["TaskState"] == "Completed", stale + 30, what="eject done")
+    wait_for(lambda: not datavolumes(stack), 10, what="the DataVolume deleted")
+    volumes = requests.get(
+        f"{stack.kube_url}/apis/kubevirt.io/v1/namespaces/fleetfish-lab/virtualmachines/{vm}",
+        timeout=5,
+    ).json()["spec"]["template"]["spec"]["volumes"]
+    assert "cdrom" not in [v["name"] for v in volumes]
     store.r.close()
