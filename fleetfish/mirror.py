@@ -156,10 +156,12 @@ def power_state(doc: dict, power: dict[str, str]) -> str:
     if power.get("deferred") in ON_ACTIONS or power.get("inflight") in ON_ACTIONS:
         return "PoweringOn"
     status = doc.get("printableStatus", "")
+    strategy = doc.get("runStrategy", "")
     if doc.get("paused") or status == "Paused":
         return "Paused"
     if status in ("Running", "Migrating"):
-        return "On"
+        # stop sets Halted before the VMI goes: the VM is already on its way down.
+        return "PoweringOff" if strategy == "Halted" else "On"
     if status in ("Stopping", "Terminating"):
         return "PoweringOff"
     if status in (
@@ -171,5 +173,9 @@ def power_state(doc: dict, power: dict[str, str]) -> str:
         "ImagePullBackOff",
         "CrashLoopBackOff",
     ):
+        return "PoweringOn"
+    if strategy == "Always" and status in ("Stopped", ""):
+        # start sets Always before KubeVirt creates the VMI and updates the status: a client
+        # told Off here would skip the power-off of a VM that is already starting.
         return "PoweringOn"
     return "Off"

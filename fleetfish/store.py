@@ -7,7 +7,8 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:mirror``               HASH, watcher bookkeeping (``holder``, ``synced_at``)
 ``ff:media:{id}:{dev}``     HASH, requested virtual media of one device (see ``MEDIA_FIELDS``)
 ``ff:mediacred:{id}:{dev}`` HASH, image fetch credentials; never rendered by the API
-``ff:power:{id}``           HASH, deferred and in-flight power actions, last Reset recorded
+``ff:power:{id}``           HASH, deferred and in-flight power actions, ``last_request``: task
+                            of the latest Reset, InsertMedia or EjectMedia of the system
 ``ff:boot:{id}``            HASH, requested boot override (``enabled``, ``target``, ``mode``)
 ``ff:task:{tid}``           HASH, one Redfish Task (see ``TASK_FIELDS``), expiring
 ``ff:tasks``                ZSET of task ids by start time
@@ -32,7 +33,8 @@ media/power hand-off, so "media finished" and "Reset arrived" can never interlea
 InsertMedia, EjectMedia and Reset create their Redfish task in the same script that records the
 request, so an API process killed at any point leaves either both or neither; a Reset to run
 now is also put in ``ff:resets`` with the Celery id its message is sent under, so a message
-lost before a worker took it is sent again under that same id (``Store.resend_reset``).
+lost before a worker took it is sent again under that same id, unless the system had another
+request since (``Store.resend_reset``).
 """
 
 from __future__ import annotations
@@ -165,8 +167,8 @@ new_task(ARGV[6], ARGV[7])
 return 1
 """)
 
-# KEYS: task, tasks, media, credentials. ARGV: task (1-5), image, image_name, write_protected,
-# inserted, protocol, method, username, password.
+# KEYS: task, tasks, media, credentials, power. ARGV: task (1-5), image, image_name,
+# write_protected, inserted, protocol, method, username, password.
 # Returns {gen, previous image, previous dv, previous state}.
 _INSERT = _with_task_lua("""
 local prev_image = redis.call('HGET', KEYS[3], 'image') or ''
@@ -181,6 +183,7 @@ redis.call('DEL', KEYS[4])
 if ARGV[12] ~= '' or ARGV[13] ~= '' then
   redis.call('HSET', KEYS[4], 'username', ARGV[12], 'password', ARGV[13])
 end
+redis.call('HSET', KEYS[5], 'last_request', ARGV[1])
 new_task('Running', '')
 return {gen, prev_image, prev_dv, prev_state}
 """)
@@ -200,12 +203,15 @@ redis.call('HSET', KEYS[3], 'image', '', 'image_name', '', 'inserted', '0', 'sta
 redis.call('DEL', KEYS[5])
 local action = redis.call('HGET', KEYS[4], 'deferred') or ''
 local dtask = redis.call('HGET', KEYS[4], 'deferred_task') or ''
+redis.call('HSET', KEYS[4], 'last_request', ARGV[1])
 if action ~= '' then
   redis.call('HDEL', KEYS[4], 'deferred', 'deferred_task', 'deferred_at')
   local dstate = dtask ~= '' and redis.call('HGET', TASK_PREFIX .. dtask, 'state')
   if dstate and not ENDED[dstate] then
     redis.call('HSET', TASK_PREFIX .. dtask, 'state', 'Running', 'message', '')
     queue_reset(dtask, ARGV[6], KEYS[6], ARGV[4])
+    -- Sent on behalf of this eject: it is the system's latest request.
+    redis.call('HSET', KEYS[4], 'last_request', dtask)
   end
 end
 if prev_dv ~= '' or was_pending == 1 then
@@ -234,7 +240,7 @@ local why = 'Cancelled by Reset ' .. ARGV[6] .. ' (task ' .. ARGV[1] .. ')'
 local verdict, cancelled = 'run', ''
 local defer = ARGV[10] == '1'
 local is_on, is_off = member(ARGV[7], ARGV[6]), member(ARGV[8], ARGV[6])
-redis.call('HSET', KEYS[4], 'last_reset', ARGV[1])
+redis.call('HSET', KEYS[4], 'last_request', ARGV[1])
 if defer and is_on and (pending or deferred ~= '') then
   verdict = 'deferred'
   redis.call('HSET', KEYS[4], 'deferred', ARGV[6], 'deferred_task', ARGV[1],
@@ -270,8 +276,9 @@ return state
 # KEYS: task, resets. ARGV: task id, now, sent before (epoch). A Reset still in ``ff:resets``
 # since before "sent before" lost its message. Returns {verdict, system, action, celery id or
 # superseding task}: 'resend' (touched now: the next try waits another period), 'superseded'
-# (a later Reset of the system was recorded: it wins, this one ends Cancelled), 'done' (taken
-# or ended meanwhile) or 'fresh' (sent again since).
+# (a later Reset or media request of the system was recorded: the client moved on, and the old
+# action would land out of order, so it ends Cancelled), 'done' (taken or ended meanwhile) or
+# 'fresh' (sent again since).
 _RESEND_RESET = _with_task_lua("""
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score or tonumber(score) > tonumber(ARGV[3]) then return {'fresh', '', '', ''} end
@@ -282,10 +289,10 @@ if not state or ENDED[state] or redis.call('HEXISTS', KEYS[1], 'picked') == 1 th
 end
 local system = redis.call('HGET', KEYS[1], 'system') or ''
 local action = redis.call('HGET', KEYS[1], 'action') or ''
-local latest = redis.call('HGET', POWER_PREFIX .. system, 'last_reset') or ''
+local latest = redis.call('HGET', POWER_PREFIX .. system, 'last_request') or ''
 if latest ~= '' and latest ~= ARGV[1] then
   end_task(ARGV[1], 'Cancelled', 'Warning',
-    'Superseded by Reset task ' .. latest .. ' before any worker took it',
+    'Superseded by task ' .. latest .. ' before any worker took it',
     'TaskEvent.1.0.TaskCancelled', ARGV[2])
   redis.call('ZREM', KEYS[2], ARGV[1])
   return {'superseded', system, action, latest}
@@ -467,6 +474,7 @@ class Store:
                 KEY_TASKS,
                 key_media(system_id, device),
                 key_media_cred(system_id, device),
+                key_power(system_id),
             ],
             args=[
                 *self._task_args(task_id, f"InsertMedia {device}", system_id),

@@ -20,9 +20,10 @@ Reset: the Redfish task stays Running and the node never changes state. A Reset 
 ``stale_after`` seconds is sent again under the same Celery id, so a copy racing a slow
 original is dropped by the one-run-per-delivery guard, and a worker that took it (alive or
 killed: its message is then unacked and comes back by itself) is never doubled. A Reset
-superseded meanwhile by a later Reset of the same system is cancelled instead: re-sending an
-old ForceOff after the client's newer On would undo it. A Reset deferred behind media is not
-in ``ff:resets``: the media chord releases it.
+followed meanwhile by another Reset, InsertMedia or EjectMedia of the same system is cancelled
+instead: the client moved on, and the old action would land out of order (an old ForceOff
+after the newer On, an old On while the next ISO is still importing). A Reset deferred behind
+media is not in ``ff:resets``: the media chord releases it.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> lis
         claim = store.resend_reset(task_id, sent_before)
         if claim["verdict"] == "superseded":
             log.warning(
-                "Reset %s task %s of %s never reached a worker and was superseded by task %s:"
+                "Reset %s task %s of %s never reached a worker and task %s came after it:"
                 " cancelled",
                 claim["action"],
                 task_id,

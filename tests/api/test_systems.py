@@ -88,9 +88,16 @@ def test_manager_and_chassis(client, systems):
 
 def test_power_state_follows_the_mirror(client, store, systems):
     doc = store.get_system(SYS)
+    doc["runStrategy"] = "Always"  # what `start` sets
+    assert client.get(SYS_URI, headers=ADMIN).get_json()["PowerState"] == "Off"
+    store.put_system(doc)
+    assert client.get(SYS_URI, headers=ADMIN).get_json()["PowerState"] == "PoweringOn"
     doc["printableStatus"] = "Running"
     store.put_system(doc)
     assert client.get(SYS_URI, headers=ADMIN).get_json()["PowerState"] == "On"
+    doc["runStrategy"] = "Halted"  # what `stop` sets, before the VMI goes
+    store.put_system(doc)
+    assert client.get(SYS_URI, headers=ADMIN).get_json()["PowerState"] == "PoweringOff"
 
 
 def test_patch_boot_records_and_sends_boot_apply(client, store, systems, queues):

@@ -114,16 +114,36 @@ def test_only_resets_no_worker_took_are_sent_again_once(store):
     assert set(store.stale_resets(float("inf"))) == {lost["task"], recent["task"]}
 
 
-def test_a_lost_reset_superseded_by_a_later_one_is_cancelled_not_sent(store):
+@pytest.mark.parametrize("later", ["reset", "insert", "eject"])
+def test_a_lost_reset_followed_by_another_request_is_cancelled_not_sent(store, later):
     off = store.request_power(SID, "ForceOff")
     _sent_long_ago(store, off["task"])
-    on = store.request_power(SID, "On")  # the client's retry, say: it wins
+    # The client moved on (its retry, or the next step of its sequence): the old action would
+    # now land out of order.
+    if later == "reset":
+        after = store.request_power(SID, "On")["task"]
+    elif later == "insert":
+        after = store.begin_insert(SID, "Cd", "http://iso/a.iso")["task"]
+    else:
+        store.r.hset(key_media(SID), mapping={"inserted": "1", "dv": "ff-dv"})
+        after = store.begin_eject(SID, "Cd")["task"]
     sent = []
     assert resend_lost_resets(store, lambda *a: sent.append(a), stale_after=60) == []
     assert sent == []
     task = store.get_task(off["task"])
-    assert task["state"] == "Cancelled" and on["task"] in task["message"]
-    assert store.stale_resets(float("inf")) == [on["task"]]
+    assert task["state"] == "Cancelled" and after in task["message"]
+    assert off["task"] not in store.stale_resets(float("inf"))
+
+
+def test_a_reset_released_by_an_eject_is_the_latest_request(store):
+    store.begin_insert(SID, "Cd", "http://iso/a.iso")
+    on = store.request_power(SID, "On")
+    released = store.begin_eject(SID, "Cd")
+    assert released["released_task"] == on["task"]
+    _sent_long_ago(store, on["task"])
+    sent = []
+    assert resend_lost_resets(store, lambda *a: sent.append(a), stale_after=60) == [on["task"]]
+    assert sent == [(SID, "On", on["task"], released["released_celery_id"])]
 
 
 VISIBILITY = 3
