@@ -52,10 +52,15 @@ def _celery_config(settings: Settings) -> dict:
         # kombu sweeps the unacked set only every interval x throttle seconds (100 s by
         # default): sweep a few times per visibility timeout so a killed worker's task returns
         # soon after it expires.
+        # The sweep runs under a Redis lock that kombu keeps for 300 s by default: a worker
+        # SIGKILLed mid-sweep held back every redelivery for up to 5 minutes. A sweep takes
+        # milliseconds, and each message is restored in a WATCH transaction that a concurrent
+        # sweep cannot repeat, so the lock only needs to outlive one sweep.
         "broker_transport_options": {
             "visibility_timeout": settings.visibility_timeout,
             "unacked_restore_interval": max(1, settings.visibility_timeout // 5),
             "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": max(1, settings.visibility_timeout // 5),
         },
         "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
         "broker_connection_retry_on_startup": True,
