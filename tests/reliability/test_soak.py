@@ -6,8 +6,7 @@ import pytest
 
 from tests.reliability.soak import format_report, run_soak
 
-# Open failures under random kills (docs/reliability.md, "Open"): run with `make stress`.
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.stress]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_short_soak_loses_and_duplicates_nothing(tmp_path):
