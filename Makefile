@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint install clean bench bench-quick stress
+.PHONY: lab test lint install clean bench bench-quick soak
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,9 +21,9 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -m "not stress" $(PYTEST_ARGS)
 
-# Fault tests that still fail now and then (open bugs listed in docs/reliability.md).
-stress: $(STAMP)
-	$(PY) -m pytest -m stress -s $(PYTEST_ARGS)
+# The 30-minute soak of docs/reliability.md (Ironic-style cycles on 20 VMs, random worker kills).
+soak: $(STAMP)
+	$(PY) -m tests.reliability.soak --minutes 30 --vms 20
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
