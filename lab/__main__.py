@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import signal
 import sys
@@ -13,7 +14,30 @@ from lab.stack import LabConfig, LabStack
 log = logging.getLogger("fleetfish.lab")
 
 
-def main() -> int:
+SETTINGS = """\
+settings (environment variables, docs/configuration.md):
+  LAB_VMS=3                 simulated VMs
+  LAB_IMPORT_SECONDS=10     how long a simulated CDI import of an ISO takes
+  LAB_WORKERS=2             Celery worker processes
+  LAB_WORKER_CONCURRENCY=16 threads per worker process
+  LAB_API_WORKERS=2         gunicorn processes
+  FLEETFISH_PORT=8000       API port; LAB_REDIS_PORT, LAB_KUBE_PORT, LAB_ISO_PORT, LAB_FLOWER_PORT
+  LAB_VAR_DIR=var/lab       Redis data, credentials, kubeconfig, logs
+  LAB_TLS=0                 1 serves the API over HTTPS with a self-signed certificate
+  FLEETFISH_WORKER_WATCH=0  1 runs the watcher as a thread of each worker (no watcher process)
+  FLEETFISH_LEGACY_SEQUENTIAL=0  1 = one worker, no chord (the behaviour fleetfish replaces)
+  REDIS_URL, KUBECONFIG     use your own Redis / a real cluster instead of the embedded ones
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="python -m lab",
+        description="Run fleetfish on this machine (embedded Redis, KubeVirt simulator, ISO "
+        "server, workers, watcher, API, Flower) until Ctrl-C or SIGTERM.",
+        epilog=SETTINGS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fleetfish.lab %(message)s")
     stop = threading.Event()
 
