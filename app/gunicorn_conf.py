@@ -10,6 +10,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 
+from gunicorn.glogging import Logger
+
 wsgi_app = "app:create_app()"
 
 _host = os.environ.get("FLEETFISH_BIND", "127.0.0.1")
@@ -37,7 +39,34 @@ if os.environ.get("FLEETFISH_TLS_CERT") and os.environ.get("FLEETFISH_TLS_KEY"):
 accesslog = os.environ.get("FLEETFISH_ACCESS_LOG", "-") or None
 errorlog = "-"
 loglevel = os.environ.get("FLEETFISH_LOG_LEVEL", "info").lower()
-access_log_format = 'fleetfish.api access %(h)s "%(r)s" %(s)s %(B)s %(M)sms "%(a)s"'
+
+
+class AccessLogger(Logger):
+    """gunicorn's logger, with an access line built from the six fields it prints.
+
+    gunicorn's own access() builds a dict of every request and response header and decodes the
+    Basic credentials for each line (about a sixth of a GET's CPU here), and with
+    ``logconfig_dict`` set it logs even when ``accesslog`` is off.
+    """
+
+    def access(self, resp, req, environ, request_time):
+        if accesslog is None:
+            return
+        status = resp.status.split(None, 1)[0] if isinstance(resp.status, str) else resp.status
+        self.access_log.info(
+            'fleetfish.api access %s "%s %s %s" %s %s %dms "%s"',
+            environ.get("REMOTE_ADDR", "-"),
+            environ["REQUEST_METHOD"],
+            environ["RAW_URI"],
+            environ["SERVER_PROTOCOL"],
+            status,
+            "-" if getattr(resp, "sent", None) is None else resp.sent,
+            request_time.seconds * 1000 + request_time.microseconds // 1000,
+            environ.get("HTTP_USER_AGENT", "-"),
+        )
+
+
+logger_class = AccessLogger
 proc_name = "fleetfish-api"
 # gunicorn >= 25 opens a control socket at one fixed per-user path; several API instances on one
 # host (lab, tests) would fight over it, and nothing here uses gunicornc.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import requests
 import sushy
@@ -101,3 +103,30 @@ def test_metrics_aggregate_across_gunicorn_workers(redis_url, users_file, store,
         if ln.startswith("fleetfish_api_requests_total{") and 'route="/redfish/v1"' in ln
     )
     assert float(line.rsplit(" ", 1)[1]) == 20.0
+
+
+@pytest.mark.parametrize("setting", ["-", ""])
+def test_access_log_follows_its_setting(redis_url, users_file, tmp_path, setting):
+    """One line per request by default, in the documented format; none when switched off."""
+    env = {"FLEETFISH_ACCESS_LOG": setting}
+    with running_gunicorn(redis_url, users_file, tmp_path, **env) as (port, log_path):
+        reply = requests.get(
+            f"http://127.0.0.1:{port}/redfish/v1/Systems",
+            headers={"User-Agent": "probe/1.0"},
+            auth=("admin", PASSWORDS["admin"]),
+            timeout=10,
+        )
+        assert reply.status_code == 200
+    lines = [ln for ln in log_path.read_text().splitlines() if "fleetfish.api access" in ln]
+    if setting == "":
+        assert lines == []
+        return
+    (line,) = lines
+    found = re.search(
+        r'fleetfish\.api access 127\.0\.0\.1 "GET /redfish/v1/Systems HTTP/1\.1" 200 (\d+) '
+        r'\d+ms "probe/1\.0"$',
+        line,
+    )
+    assert found, line
+    assert int(found.group(1)) == len(reply.content)
+    assert PASSWORDS["admin"] not in line
