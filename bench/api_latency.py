@@ -1,7 +1,13 @@
 """``python -m bench.api_latency``: GET /redfish/v1/Systems/{id} throughput and p50/p99 with many
 concurrent clients, fleetfish and the sushy-tools fake-driver emulator side by side, Basic auth on
 both (same bcrypt digest), once with ``Connection: close`` (as sushy/Ironic sends) and once with
-keep-alive."""
+keep-alive.
+
+The load comes from ``wrk`` (Debian package ``wrk``), a C event-loop client that spends a few
+microseconds of CPU per request: on a 2-core machine a Python client pool costs more CPU per
+request than the server it measures, and its own queueing would be reported as the server's
+latency. ``--client python`` keeps the requests-based pool for machines without wrk.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,11 @@ import argparse
 import json
 import logging
 import multiprocessing
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -74,6 +84,70 @@ def _process(args) -> tuple[list[float], int]:
     return latencies, len(errors)
 
 
+# Each wrk connection walks the system URLs in turn; done() prints one JSON line with the
+# counts and the latency percentiles (microseconds) wrk recorded for every request.
+WRK_SCRIPT = """
+local paths = {%(paths)s}
+local headers = {%(headers)s}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i %% #paths) + 1], headers)
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format(
+    'WRK_RESULT {"requests": %%d, "duration_us": %%d, "connect": %%d, "read": %%d, ' ..
+    '"write": %%d, "status": %%d, "timeout": %%d, "p50_us": %%d, "p99_us": %%d, "max_us": %%d}\\n',
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+end
+"""
+
+
+def _lua_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string literal is a valid Lua string literal here
+
+
+def wrk_measure(urls, auth, keep_alive: bool, clients: int, seconds: float) -> dict:
+    """One wrk run: ``clients`` connections on one thread for ``seconds``."""
+    import base64
+
+    token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+    headers = {"Authorization": f"Basic {token}", "OData-Version": "4.0"}
+    if not keep_alive:
+        headers["Connection"] = "close"
+    base = urls[0].split("/redfish/", 1)[0]
+    paths = [u[len(base) :] for u in urls]
+    script = WRK_SCRIPT % {
+        "paths": ", ".join(_lua_string(p) for p in paths),
+        "headers": ", ".join(f"[{_lua_string(k)}] = {_lua_string(v)}" for k, v in headers.items()),
+    }
+    with tempfile.NamedTemporaryFile("w", suffix=".lua") as lua:
+        lua.write(script)
+        lua.flush()
+        command = [
+            "wrk", "-t1", f"-c{clients}", f"-d{int(seconds)}s", "--timeout", "30s",
+            "-s", lua.name, base,
+        ]  # fmt: skip
+        out = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 120)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("WRK_RESULT ")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.strip() or out.stdout}")
+    r = json.loads(line.split(" ", 1)[1])
+    errors = r["connect"] + r["read"] + r["write"] + r["status"] + r["timeout"]
+    ok = r["requests"] - r["status"]
+    return {
+        "connection": "keep-alive" if keep_alive else "close",
+        "client": "wrk",
+        "requests_ok": ok,
+        "errors": errors,
+        "throughput_rps": round(ok / (r["duration_us"] / 1e6), 1),
+        "p50": r["p50_us"] / 1e6,
+        "p99": r["p99_us"] / 1e6,
+    }
+
+
 def measure(urls, auth, keep_alive: bool, clients: int, seconds: float, procs: int) -> dict:
     procs = max(1, min(procs, clients))
     shares = [clients // procs + (1 if i < clients % procs else 0) for i in range(procs)]
@@ -84,6 +158,7 @@ def measure(urls, auth, keep_alive: bool, clients: int, seconds: float, procs: i
     errors = sum(e for _, e in parts)
     return {
         "connection": "keep-alive" if keep_alive else "close",
+        "client": "python",
         "requests_ok": len(latencies),
         "errors": errors,
         "throughput_rps": round(len(latencies) / seconds, 1),
@@ -97,7 +172,41 @@ def _warm(url: str, auth) -> None:
     reply.raise_for_status()
 
 
-def run(clients: int, seconds: float, procs: int, work_dir: Path) -> list[dict]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children (gunicorn's workers), so far."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for proc in tree:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def run(clients: int, seconds: float, procs: int, work_dir: Path, client: str) -> list[dict]:
+    def one(urls, auth, keep_alive, server_pid):
+        # Server CPU per request does not depend on what else the machine runs: it is the
+        # figure to compare across runs; latency and throughput are for this machine, now.
+        cpu_before, load_before = cpu_seconds(server_pid), os.getloadavg()[0]
+        if client == "wrk":
+            r = wrk_measure(urls, auth, keep_alive, clients, seconds)
+        else:
+            r = measure(urls, auth, keep_alive, clients, seconds, procs)
+        cpu = cpu_seconds(server_pid) - cpu_before
+        r["server_cpu_ms_per_request"] = (
+            round(cpu * 1000 / r["requests_ok"], 3) if r["requests_ok"] else None
+        )
+        r["load_1m"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+        return r
+
     results = []
     config = LabConfig.for_tests(work_dir / "fleetfish", vms=SYSTEMS, workers=1, flower=False)
     with LabStack(config) as stack:
@@ -111,14 +220,14 @@ def run(clients: int, seconds: float, procs: int, work_dir: Path) -> list[dict]:
         ]
         _warm(urls[0], auth)
         for keep_alive in (False, True):
-            r = measure(urls, auth, keep_alive, clients, seconds, procs)
+            r = one(urls, auth, keep_alive, stack.procs["api"].pid)
             results.append({"service": "fleetfish", **r})
             log.info("fleetfish %s: %s", r["connection"], r)
     with SushyEmulator(work_dir / "sushy-tools", SYSTEMS, auth[0], digest) as emu:
         urls = [f"{emu.url}/redfish/v1/Systems/{sid}" for sid in emu.system_ids]
         _warm(urls[0], auth)
         for keep_alive in (False, True):
-            r = measure(urls, auth, keep_alive, clients, seconds, procs)
+            r = one(urls, auth, keep_alive, emu.proc.pid)
             results.append({"service": "sushy-tools", **r})
             log.info("sushy-tools %s: %s", r["connection"], r)
     return results
@@ -126,13 +235,16 @@ def run(clients: int, seconds: float, procs: int, work_dir: Path) -> list[dict]:
 
 def table(results: list[dict]) -> str:
     lines = [
-        "| service | connection | requests | errors | throughput | p50 | p99 |",
-        "|---|---|---|---|---|---|---|",
+        "| service | connection | requests | errors | throughput | p50 | p99 | server CPU/req "
+        "| load 1m |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         lines.append(
             f"| {r['service']} | {r['connection']} | {r['requests_ok']} | {r['errors']} | "
-            f"{r['throughput_rps']} req/s | {ms(r['p50'])} | {ms(r['p99'])} |"
+            f"{r['throughput_rps']} req/s | {ms(r['p50'])} | {ms(r['p99'])} | "
+            f"{r.get('server_cpu_ms_per_request')} ms | "
+            f"{' -> '.join(str(x) for x in r.get('load_1m') or [])} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -167,12 +279,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.api_latency", description=__doc__)
     p.add_argument("--clients", type=int, default=50)
     p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--procs", type=int, default=2, help="client processes sharing the clients")
+    p.add_argument(
+        "--client",
+        choices=("wrk", "python"),
+        default="wrk" if shutil.which("wrk") else "python",
+        help="load generator (default: wrk when installed: apt-get install wrk)",
+    )
+    p.add_argument(
+        "--procs", type=int, default=2, help="python client: processes sharing the clients"
+    )
     p.add_argument("--out", type=Path, default=REPO / "var" / "bench" / "api-latency")
     p.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench" / "api")
     args = p.parse_args(argv)
     work = args.work_dir / time.strftime("%Y%m%d-%H%M%S")
-    results = run(args.clients, args.seconds, args.procs, work)
+    if args.client == "python":
+        log.warning("wrk not used: the Python clients' own CPU use inflates the latencies")
+    results = run(args.clients, args.seconds, args.procs, work, args.client)
     found = verdicts(results)
     command = "python -m bench.api_latency " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -183,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                 "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "clients": args.clients,
                 "seconds": args.seconds,
-                "client_processes": args.procs,
+                "client": args.client,
+                "client_processes": args.procs if args.client == "python" else 1,
                 "results": results,
                 "verdicts": [{"target": t, "verdict": v, "measured": d} for t, v, d in found],
             },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 import requests
@@ -130,3 +131,19 @@ def test_access_log_follows_its_setting(redis_url, users_file, tmp_path, setting
     assert found, line
     assert int(found.group(1)) == len(reply.content)
     assert PASSWORDS["admin"] not in line
+
+
+def test_stalled_client_is_dropped_and_others_served(redis_url, users_file, tmp_path):
+    """A client that sends half a request holds its process only until the read timeout."""
+    env = {"FLEETFISH_API_WORKERS": "1", "FLEETFISH_API_READ_TIMEOUT": "1"}
+    with running_gunicorn(redis_url, users_file, tmp_path, **env) as (port, log_path):
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as stalled:
+            stalled.sendall(b"GET /redfish/v1/ HTTP/1.1\r\nHost: x\r\n")  # no blank line
+            # The one process is busy with the stalled client; this request waits for it.
+            reply = requests.get(f"http://127.0.0.1:{port}/redfish/v1/", timeout=20)
+            assert reply.status_code == 200
+            assert stalled.recv(1024) == b""  # the server closed the stalled connection
+    # The process was not killed and restarted by the arbiter (its 30 s timeout).
+    log = log_path.read_text()
+    assert "WORKER TIMEOUT" not in log
+    assert "dropped a client connection" in log and "Traceback" not in log
