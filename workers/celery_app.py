@@ -15,6 +15,7 @@ from celery import Celery, signals
 from fleetfish.celery_config import celery_config
 from fleetfish.settings import Settings
 from workers import runtime
+from workers.memory import CycleCollector, freeze_startup_objects
 
 app = Celery("fleetfish", include=["tasks.media", "tasks.power", "tasks.boot"])
 app.config_from_object(celery_config(Settings.from_env()))
@@ -57,9 +58,13 @@ def _task_prerun(task=None, args=None, kwargs=None, **_kwargs) -> None:
     _context.system = str(system)
 
 
+_collector = CycleCollector()
+
+
 @signals.task_postrun.connect
 def _task_postrun(**_kwargs) -> None:
     _context.system = "-"
+    _collector.after_task()
 
 
 _watchers: list = []
@@ -90,6 +95,7 @@ def _worker_ready(sender=None, **_kwargs) -> None:
     )
     if conf.worker_watch:
         _start_watcher(conf)
+    freeze_startup_objects()
 
 
 @signals.worker_shutdown.connect
