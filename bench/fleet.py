@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run the watcher role inside the worker processes (FLEETFISH_WORKER_WATCH=1) "
         "instead of a separate watcher process",
     )
+    p.add_argument(
+        "--api-workers", type=int, default=2, help="gunicorn processes of the fleetfish API"
+    )
     p.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench" / "fleet")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -77,6 +80,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
                     work,
                     args.max_wait,
                     watcher_in_workers=args.watcher_in_workers,
+                    api_workers=args.api_workers,
                 )
             # The machine is shared: the load around each run says how far to trust its latencies.
             result["load_average_1m"] = {"before": load_before, "after": os.getloadavg()[0]}

@@ -68,6 +68,7 @@ def run_lab_mode(
     work_dir: Path,
     max_wait: float,
     watcher_in_workers: bool = False,
+    api_workers: int = 2,
 ) -> dict:
     """fleetfish as shipped, or its documented legacy mode (one worker, no chord)."""
     sequential = mode == SEQUENTIAL
@@ -79,6 +80,7 @@ def run_lab_mode(
         legacy_sequential=sequential,
         flower=False,
         watcher_in_workers=watcher_in_workers,
+        api_workers=api_workers,
     )
     stack = LabStack(config)
     stack.start(timeout=120 + count)
@@ -140,6 +142,9 @@ def run_lab_mode(
             "peak_rss": rss.as_dict(),
             "requests": cost,
             "redis_ops": ops,
+            "server_side": {
+                name: summary(times) for name, times in requests_seen.server_seconds.items()
+            },
         }
     )
     return result

@@ -11,6 +11,10 @@ import requests
 
 SAMPLE_SECONDS = 0.5
 REQUEST_LINE = re.compile(rb'"(GET|POST|PATCH|PUT|DELETE|HEAD) /')
+# app/gunicorn_conf.py's access line: ... "POST /redfish/v1/...InsertMedia HTTP/1.1" 202 0 3ms "ua"
+ACTION_LINE = re.compile(
+    rb'"POST \S+/Actions/\S+\.(InsertMedia|Reset) HTTP/[\d.]+" \d+ \S+ (\d+)ms'
+)
 
 
 class RssSampler:
@@ -91,6 +95,7 @@ class RequestCounter:
         self.metrics_url = metrics_url
         self._offset = 0
         self._metric0: float | None = None
+        self.server_seconds: dict[str, list[float]] = {"InsertMedia": [], "Reset": []}
 
     def _metric(self) -> float | None:
         if not self.metrics_url:
@@ -111,10 +116,19 @@ class RequestCounter:
 
     def stop(self) -> dict:
         lines = 0
+        # Time inside the API (gunicorn's request time) of each action, in seconds: what the
+        # service spent, apart from the accept queue and the client's own CPU.
+        self.server_seconds = {"InsertMedia": [], "Reset": []}
         if self.log_path.exists():
             with open(self.log_path, "rb") as handle:
                 handle.seek(self._offset)
-                lines = sum(1 for line in handle if REQUEST_LINE.search(line))
+                for line in handle:
+                    if REQUEST_LINE.search(line):
+                        lines += 1
+                    action = ACTION_LINE.search(line)
+                    if action:
+                        name = action.group(1).decode()
+                        self.server_seconds[name].append(int(action.group(2)) / 1000)
         if lines:
             return {"requests": lines, "source": "access log"}
         metric = self._metric()

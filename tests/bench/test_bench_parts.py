@@ -6,6 +6,7 @@ import time
 
 import requests
 
+from bench.sampler import RequestCounter
 from bench.stats import percentile, summary
 from bench.throttle import ThrottledIsoServer
 
@@ -29,3 +30,29 @@ def test_throttled_server_takes_the_set_time_for_a_whole_image():
         assert 0.9 <= took < 3.0
         assert requests.get(f"{iso.base_url}/other", timeout=5).status_code == 404
         assert iso.downloads == 1
+
+
+def test_request_counter_reads_action_times_from_the_access_log(tmp_path):
+    """Only lines written after start() count; InsertMedia and Reset times come from the
+    access line format app/gunicorn_conf.py writes."""
+    log = tmp_path / "api.log"
+    prefix = "2026-12-03 06:00:00,000 INFO gunicorn.access fleetfish.api access 127.0.0.1 "
+    log.write_text(
+        prefix
+        + '"POST /redfish/v1/Systems/a/Actions/ComputerSystem.Reset HTTP/1.1" 204 0 900ms "x"\n'
+    )
+    counter = RequestCounter(log, metrics_url="")
+    counter.start()
+    with open(log, "a") as handle:
+        handle.write(prefix + '"GET /redfish/v1/Systems/a HTTP/1.1" 200 1200 1ms "x"\n')
+        handle.write(
+            prefix + '"POST /redfish/v1/Systems/a/VirtualMedia/Cd/Actions/VirtualMedia.InsertMedia'
+            ' HTTP/1.1" 202 0 14ms "python-requests/2.32"\n'
+        )
+        handle.write(
+            prefix
+            + '"POST /redfish/v1/Systems/a/Actions/ComputerSystem.Reset HTTP/1.1" 204 0 3ms "x"\n'
+        )
+        handle.write("2026-12-03 06:00:01,000 INFO gunicorn.error Booting worker with pid: 1\n")
+    assert counter.stop() == {"requests": 3, "source": "access log"}
+    assert counter.server_seconds == {"InsertMedia": [0.014], "Reset": [0.003]}
