@@ -134,7 +134,8 @@ def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
             (
                 "peak RSS API+workers+watcher < 300 MB at N=200",
                 _pf(mib < RSS_LIMIT_MIB),
-                f"{mib} MiB",
+                f"{mib} MiB (PSS, shared pages counted once: "
+                f"{big[0]['peak_rss'].get('peak_pss_total_mib', 'n/a')} MiB)",
             )
         )
     else:
