@@ -13,7 +13,6 @@ import os
 import sys
 
 from gunicorn.glogging import Logger
-from gunicorn.util import close_on_exec
 from gunicorn.workers.sync import SyncWorker
 
 wsgi_app = "app:create_app()"
@@ -40,19 +39,17 @@ class TimedSyncWorker(SyncWorker):
     would hold the process until the arbiter kills it (``timeout``).
     """
 
-    def accept(self, listener):
-        client, addr = listener.accept()
+    def handle(self, listener, client, addr):
         client.settimeout(read_timeout)
-        close_on_exec(client)
-        self.handle(listener, client, addr)
+        super().handle(listener, client, addr)
 
 
 # sync (default): a process serves one request at a time, with no thread hand-offs. Ironic
 # closes its connection after every request, so keep-alive buys nothing, and requests are short
-# (a Redis round trip or two). On 2 cores it served about 3000 GETs/s at p99 ~20 ms where gthread
-# with 2 x 8 threads gave about 2600/s at p99 ~50 ms (bench/api_latency.py). gthread
-# (FLEETFISH_API_WORKER_CLASS=gthread, FLEETFISH_API_THREADS per process) keeps more requests in
-# flight per process, for many slow clients on a long network path.
+# (a Redis round trip or two). `python -m bench.api_latency` on 2 cores, Connection: close: sync
+# 2450 GETs/s at p99 35 ms, gthread with 2 x 8 threads 1560/s at p99 219 ms (docs/redfish.md).
+# gthread (FLEETFISH_API_WORKER_CLASS=gthread, FLEETFISH_API_THREADS per process) keeps more
+# requests in flight per process, for many slow clients on a long network path.
 _worker_class = os.environ.get("FLEETFISH_API_WORKER_CLASS", "sync")
 worker_class = TimedSyncWorker if _worker_class == "sync" else _worker_class
 threads = int(os.environ.get("FLEETFISH_API_THREADS") or 8)
@@ -75,8 +72,8 @@ class AccessLogger(Logger):
     """gunicorn's logger, with an access line built from the six fields it prints.
 
     gunicorn's own access() builds a dict of every request and response header and decodes the
-    Basic credentials for each line (about a sixth of a GET's CPU here), and with
-    ``logconfig_dict`` set it logs even when ``accesslog`` is off.
+    Basic credentials for each line, and with ``logconfig_dict`` set it logs even when
+    ``accesslog`` is off.
     """
 
     def access(self, resp, req, environ, request_time):

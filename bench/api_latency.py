@@ -12,6 +12,7 @@ latency. ``--client python`` keeps the requests-based pool for machines without 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import logging
 import multiprocessing
@@ -24,9 +25,11 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import requests
 
 from bench.runs import lab_vm_names
+from bench.sampler import process_tree
 from bench.stats import ms, percentile
 from bench.sushytools import SushyEmulator
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
@@ -111,8 +114,6 @@ def _lua_string(text: str) -> str:
 
 def wrk_measure(urls, auth, keep_alive: bool, clients: int, seconds: float) -> dict:
     """One wrk run: ``clients`` connections on one thread for ``seconds``."""
-    import base64
-
     token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
     headers = {"Authorization": f"Basic {token}", "OData-Version": "4.0"}
     if not keep_alive:
@@ -174,15 +175,8 @@ def _warm(url: str, auth) -> None:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and its children (gunicorn's workers), so far."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        tree = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
     total = 0.0
-    for proc in tree:
+    for proc in process_tree(pid):
         try:
             t = proc.cpu_times()
         except psutil.Error:
@@ -193,8 +187,8 @@ def cpu_seconds(pid: int) -> float:
 
 def run(clients: int, seconds: float, procs: int, work_dir: Path, client: str) -> list[dict]:
     def one(urls, auth, keep_alive, server_pid):
-        # Server CPU per request does not depend on what else the machine runs: it is the
-        # figure to compare across runs; latency and throughput are for this machine, now.
+        # Server CPU per request depends far less on what else the machine runs than latency
+        # and throughput do: it is the figure to compare across runs.
         cpu_before, load_before = cpu_seconds(server_pid), os.getloadavg()[0]
         if client == "wrk":
             r = wrk_measure(urls, auth, keep_alive, clients, seconds)

@@ -17,6 +17,15 @@ ACTION_LINE = re.compile(
 )
 
 
+def process_tree(pid: int) -> list[psutil.Process]:
+    """A process and all its children (gunicorn's workers); empty when it is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 class RssSampler:
     """Samples the summed RSS of some PIDs and all their children every ~0.5 s in a thread.
 
@@ -36,13 +45,8 @@ class RssSampler:
 
     def _memory_of(self, pid: int) -> tuple[int, int]:
         """(RSS, PSS) of a process and all its children; PSS is 0 where the OS lacks it."""
-        try:
-            proc = psutil.Process(pid)
-            tree = [proc, *proc.children(recursive=True)]
-        except psutil.Error:
-            return 0, 0
         rss = pss = 0
-        for member in tree:
+        for member in process_tree(pid):
             try:
                 info = member.memory_full_info()
             except psutil.Error:
@@ -95,6 +99,8 @@ class RequestCounter:
         self.metrics_url = metrics_url
         self._offset = 0
         self._metric0: float | None = None
+        # Time inside the API (gunicorn's request time) of each action since start(), in
+        # seconds: what the service spent, apart from the accept queue and the client's CPU.
         self.server_seconds: dict[str, list[float]] = {"InsertMedia": [], "Reset": []}
 
     def _metric(self) -> float | None:
@@ -111,14 +117,12 @@ class RequestCounter:
         return total
 
     def start(self) -> None:
+        self.server_seconds = {"InsertMedia": [], "Reset": []}
         self._offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._metric0 = self._metric()
 
     def stop(self) -> dict:
         lines = 0
-        # Time inside the API (gunicorn's request time) of each action, in seconds: what the
-        # service spent, apart from the accept queue and the client's own CPU.
-        self.server_seconds = {"InsertMedia": [], "Reset": []}
         if self.log_path.exists():
             with open(self.log_path, "rb") as handle:
                 handle.seek(self._offset)

@@ -14,20 +14,28 @@ from lab.stack import LabConfig, LabStack
 log = logging.getLogger("fleetfish.lab")
 
 
-SETTINGS = """\
-settings (environment variables, docs/configuration.md):
-  LAB_VMS=3                 simulated VMs
-  LAB_IMPORT_SECONDS=10     how long a simulated CDI import of an ISO takes
-  LAB_WORKERS=2             Celery worker processes
-  LAB_WORKER_CONCURRENCY=16 threads per worker process
-  LAB_API_WORKERS=2         gunicorn processes
-  FLEETFISH_PORT=8000       API port; LAB_REDIS_PORT, LAB_KUBE_PORT, LAB_ISO_PORT, LAB_FLOWER_PORT
-  LAB_VAR_DIR=var/lab       Redis data, credentials, kubeconfig, logs
-  LAB_TLS=0                 1 serves the API over HTTPS with a self-signed certificate
-  FLEETFISH_WORKER_WATCH=0  1 runs the watcher as a thread of each worker (no watcher process)
-  FLEETFISH_LEGACY_SEQUENTIAL=0  1 = one worker, no chord (the behaviour fleetfish replaces)
-  REDIS_URL, KUBECONFIG     use your own Redis / a real cluster instead of the embedded ones
-"""
+def settings_help() -> str:
+    """The LAB_* settings with the defaults LabConfig really uses."""
+    d = LabConfig()
+    rows = [
+        ("LAB_VMS", d.vms, "simulated VMs"),
+        ("LAB_IMPORT_SECONDS", f"{d.import_seconds:g}", "how long a simulated CDI import takes"),
+        ("LAB_WORKERS", d.workers, "Celery worker processes"),
+        ("LAB_WORKER_CONCURRENCY", d.worker_concurrency, "threads per worker process"),
+        ("LAB_API_WORKERS", d.api_workers, "gunicorn processes"),
+        ("FLEETFISH_PORT", d.api_port, "API port (LAB_REDIS_PORT, LAB_KUBE_PORT, LAB_ISO_PORT, "
+         "LAB_FLOWER_PORT: the others)"),
+        ("LAB_VAR_DIR", "var/lab", "Redis data, credentials, kubeconfig, logs"),
+        ("LAB_TLS", 0, "1 serves the API over HTTPS with a self-signed certificate"),
+        ("FLEETFISH_WORKER_WATCH", 0, "1 runs the watcher as a thread of each worker"),
+        ("FLEETFISH_LEGACY_SEQUENTIAL", 0, "1 = one worker, no chord (what fleetfish replaces)"),
+        ("REDIS_URL, KUBECONFIG", "", "your own Redis / a real cluster instead of the lab's"),
+    ]  # fmt: skip
+    lines = [
+        f"  {name}{'=' if default != '' else ''}{default}".ljust(33) + text
+        for name, default, text in rows
+    ]
+    return "settings (environment variables, docs/configuration.md):\n" + "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m lab",
         description="Run fleetfish on this machine (embedded Redis, KubeVirt simulator, ISO "
         "server, workers, watcher, API, Flower) until Ctrl-C or SIGTERM.",
-        epilog=SETTINGS,
+        epilog=settings_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fleetfish.lab %(message)s")
@@ -48,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
 
-    config = LabConfig.from_env()
+    try:
+        config = LabConfig.from_env()
+    except ValueError as exc:
+        log.error("bad setting: %s (python -m lab --help lists them)", exc)
+        return 2
     stack = LabStack(config)
     started = time.monotonic()
     try:

@@ -31,9 +31,20 @@ LAB_NAMESPACE = "fleetfish-lab"
 LAB_USER = "admin"
 
 
+def _env_number(name: str, default, kind=int):
+    """A numeric setting; a clear ValueError naming the variable when it is not a number."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what}, not {value!r}") from None
+
+
 def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name, "")
-    return int(value) if value.strip() else default
+    return _env_number(name, default, int)
 
 
 @dataclass
@@ -64,21 +75,21 @@ class LabConfig:
     @classmethod
     def from_env(cls) -> LabConfig:
         return cls(
-            var_dir=Path(os.environ.get("LAB_VAR_DIR", str(REPO / "var" / "lab"))),
-            vms=_env_int("LAB_VMS", 3),
-            import_seconds=float(os.environ.get("LAB_IMPORT_SECONDS", "10") or 10),
-            workers=_env_int("LAB_WORKERS", 2),
-            worker_concurrency=_env_int("LAB_WORKER_CONCURRENCY", 16),
-            api_workers=_env_int("LAB_API_WORKERS", 2),
-            api_port=_env_int("FLEETFISH_PORT", 8000),
-            kube_port=_env_int("LAB_KUBE_PORT", 18080),
-            iso_port=_env_int("LAB_ISO_PORT", 18081),
-            flower_port=_env_int("LAB_FLOWER_PORT", 5555),
-            redis_port=_env_int("LAB_REDIS_PORT", 16379),
+            var_dir=Path(os.environ.get("LAB_VAR_DIR", str(cls.var_dir))),
+            vms=_env_int("LAB_VMS", cls.vms),
+            import_seconds=_env_number("LAB_IMPORT_SECONDS", cls.import_seconds, float),
+            workers=_env_int("LAB_WORKERS", cls.workers),
+            worker_concurrency=_env_int("LAB_WORKER_CONCURRENCY", cls.worker_concurrency),
+            api_workers=_env_int("LAB_API_WORKERS", cls.api_workers),
+            api_port=_env_int("FLEETFISH_PORT", cls.api_port),
+            kube_port=_env_int("LAB_KUBE_PORT", cls.kube_port),
+            iso_port=_env_int("LAB_ISO_PORT", cls.iso_port),
+            flower_port=_env_int("LAB_FLOWER_PORT", cls.flower_port),
+            redis_port=_env_int("LAB_REDIS_PORT", cls.redis_port),
             redis_url=os.environ.get("REDIS_URL", ""),
             kubeconfig=os.environ.get("KUBECONFIG", ""),
             legacy_sequential=os.environ.get("FLEETFISH_LEGACY_SEQUENTIAL", "") in ("1", "true"),
-            visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", 30),
+            visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout),
             tls=os.environ.get("LAB_TLS", "") in ("1", "true"),
             watcher_in_workers=os.environ.get("FLEETFISH_WORKER_WATCH", "") in ("1", "true"),
         )

@@ -3,26 +3,35 @@
 import subprocess
 import sys
 
-from lab.stack import REPO
+from lab.stack import REPO, LabConfig
+
+
+def run_lab(tmp_path, *args, **settings):
+    env = {"LAB_VAR_DIR": str(tmp_path / "lab"), "PATH": "/usr/bin:/bin", **settings}
+    return subprocess.run(
+        [sys.executable, "-m", "lab", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
 
 
 def test_help_lists_settings_and_starts_nothing(tmp_path):
-    env = {"LAB_VAR_DIR": str(tmp_path / "lab"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, "-m", "lab", "--help"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = run_lab(tmp_path, "--help")
     assert done.returncode == 0, done.stderr
-    assert "LAB_VMS" in done.stdout and "LAB_IMPORT_SECONDS" in done.stdout
+    assert f"LAB_VMS={LabConfig().vms}" in done.stdout
+    assert f"LAB_IMPORT_SECONDS={LabConfig().import_seconds:g}" in done.stdout
     assert not (tmp_path / "lab").exists()  # nothing started, nothing written
 
 
 def test_unknown_argument_is_refused(tmp_path):
-    env = {"LAB_VAR_DIR": str(tmp_path / "lab"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, "-m", "lab", "--vms", "5"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    done = run_lab(tmp_path, "--vms", "5")
     assert done.returncode == 2
     assert "unrecognized arguments" in done.stderr
+    assert not (tmp_path / "lab").exists()
+
+
+def test_a_setting_that_is_not_a_number_is_named(tmp_path):
+    done = run_lab(tmp_path, LAB_VMS="three")
+    assert done.returncode == 2
+    assert "LAB_VMS must be a whole number, not 'three'" in done.stderr
+    assert "Traceback" not in done.stderr
     assert not (tmp_path / "lab").exists()
