@@ -107,6 +107,9 @@ def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
         if big:
             p99 = big[0]["latency"][name]["p99"]
             detail = f"{ms(p99)} as sushy saw it"
+            wire = (big[0].get("on_the_wire") or {}).get(label) or {}
+            if wire.get("count"):
+                detail += f"; {ms(wire['p99'])} on the wire (packet capture)"
             server = (big[0].get("server_side") or {}).get(label) or {}
             if server.get("count"):
                 detail += f"; {ms(server['p99'])} inside the API (access log)"
@@ -169,6 +172,57 @@ def server_side(results: list[dict]) -> str:
     return head + "".join(rows)
 
 
+def on_the_wire(results: list[dict]) -> str:
+    """Answer times from the packet capture: request on the wire to the server's FIN."""
+    rows = []
+    for r in results:
+        wire = r.get("on_the_wire") or {}
+        if "unavailable" in wire:
+            rows.append(
+                f"| {r['mode']} | {r['n']} | all | not measured: {wire['unavailable']} | | | |\n"
+            )
+        for action, s in sorted((k, v) for k, v in wire.items() if k != "unavailable"):
+            if s.get("count"):
+                rows.append(
+                    f"| {r['mode']} | {r['n']} | {action} | {s['count']} | {ms(s['p50'])} | "
+                    f"{ms(s['p99'])} | {ms(s['max'])} |\n"
+                )
+    if not rows:
+        return ""
+    head = (
+        "\n## On the wire (packet capture of the API port)\n\n"
+        "From the request's first byte on loopback to the server's FIN after its answer: the "
+        "BMC's answer time as its network interface sees it, without the client's own CPU.\n\n"
+        "| mode | N | action | count | p50 | p99 | max |\n|---|---|---|---|---|---|---|\n"
+    )
+    return head + "".join(rows)
+
+
+def cpu_during_calls(results: list[dict]) -> str:
+    """CPU each process used while the Ironic-like client made its calls, in cores."""
+    rows = []
+    for r in results:
+        cpu = r.get("cpu_during_calls") or {}
+        wall = cpu.get("wall_seconds") or 0
+        used = cpu.get("cpu_seconds") or {}
+        if not wall or not used:
+            continue
+        parts = ", ".join(
+            f"{name} {sec:.1f} s ({sec / wall:.2f} cores)"
+            for name, sec in sorted(used.items(), key=lambda kv: -kv[1])
+        )
+        pinned = r.get("api_cpus")
+        where = f" (API on CPUs {pinned['api']}, the rest on {pinned['others']})" if pinned else ""
+        rows.append(f"| {r['mode']} | {r['n']}{where} | {wall:.1f} s | {parts} |\n")
+    if not rows:
+        return ""
+    head = (
+        "\n## CPU while the Ironic calls ran\n\n| mode | N | wall | CPU by process |\n"
+        "|---|---|---|---|\n"
+    )
+    return head + "".join(rows)
+
+
 def _pf(ok: bool) -> str:
     return "PASS" if ok else "FAIL"
 
@@ -179,6 +233,8 @@ def markdown(results: list[dict], command: str, figures: list[str]) -> str:
     parts += [f"| {t} | {v} | {d} |\n" for t, v, d in verdicts(results)]
     parts.append("\n## Cost per run\n\n```\n" + "\n".join(cost_lines(results)) + "\n```\n")
     parts.append(server_side(results))
+    parts.append(on_the_wire(results))
+    parts.append(cpu_during_calls(results))
     for r in results:
         if r["mode"] == SUSHY_TOOLS:
             parts.append(

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import secrets
 import time
 from pathlib import Path
 
 from bench.observe import ClusterTimeline, boots, first_boot_by_vm
-from bench.sampler import RedisOps, RequestCounter, RssSampler
+from bench.sampler import CpuAccount, RedisOps, RequestCounter, RssSampler, process_tree
 from bench.stats import summary
 from bench.sushytools import SushyEmulator
 from bench.throttle import ThrottledIsoServer
+from bench.wire import WireCapture, action_seconds
 from lab.ironic import IronicLike
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 
@@ -26,6 +28,7 @@ MODES = (FLEETFISH, SEQUENTIAL, SUSHY_TOOLS)
 # Metal3/OpenShift's power_state_change_timeout: how long Ironic polls for PowerState On.
 POWER_TIMEOUT_S = 120
 FLEETFISH_PROCESSES = ("api", "watcher")  # plus every worker*
+CLIENT = "ironic client"  # the bench process itself, in the CPU accounting
 
 
 def lab_vm_names(count: int) -> list[str]:
@@ -69,6 +72,7 @@ def run_lab_mode(
     max_wait: float,
     watcher_in_workers: bool = False,
     api_workers: int = 2,
+    api_cpus: int = 0,
 ) -> dict:
     """fleetfish as shipped, or its documented legacy mode (one worker, no chord)."""
     sequential = mode == SEQUENTIAL
@@ -83,6 +87,7 @@ def run_lab_mode(
         api_workers=api_workers,
     )
     stack = LabStack(config)
+    affinity = os.sched_getaffinity(0)
     stack.start(timeout=120 + count)
     try:
         names = lab_vm_names(count)
@@ -97,11 +102,19 @@ def run_lab_mode(
         timeline = ClusterTimeline(stack.kube_url, LAB_NAMESPACE)
         user, password = stack.credentials
         ironic = IronicLike(stack.redfish_url, user, password)
+        everyone = {name: proc.pid for name, proc in stack.procs.items()}
+        if stack.redis and stack.redis.proc:
+            everyone["redis"] = stack.redis.proc.pid
+        pinned = pin_api(everyone, api_cpus) if api_cpus else None
+        cpu = CpuAccount(everyone, own=CLIENT)
         requests_seen.start()
         redis_ops.start()
-        with RssSampler(pids) as rss:
+        wire = WireCapture(stack.config.api_port, work_dir / f"{mode}-n{count}" / "api.pcap")
+        with RssSampler(pids) as rss, wire:
             started = time.time()
+            cpu.start()
             runs = ironic.provision_all(images, power_timeout=POWER_TIMEOUT_S)
+            cpu_used = cpu.stop()
             provisioned = time.time()
             first = _wait_for_cluster(stack, timeline, names, started, started + max_wait)
             ended = time.time()
@@ -110,6 +123,7 @@ def run_lab_mode(
         ops = redis_ops.stop()
     finally:
         stack.stop()
+        os.sched_setaffinity(0, affinity)  # --api-cpus narrowed it for this run only
 
     nodes = []
     for run in runs:
@@ -145,9 +159,34 @@ def run_lab_mode(
             "server_side": {
                 name: summary(times) for name, times in requests_seen.server_seconds.items()
             },
+            "on_the_wire": _wire_summary(wire),
+            "cpu_during_calls": cpu_used,
+            "api_cpus": pinned,
         }
     )
     return result
+
+
+def pin_api(pids: dict[str, int], api_cpus: int) -> dict[str, list[int]]:
+    """Give the API ``api_cpus`` CPUs of its own and everything else (this client, the
+    simulator, Redis, workers) the rest: the API as a deployment runs it, on cores it does not
+    share with Ironic or the cluster. Returns the split."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) <= api_cpus:
+        raise SystemExit(f"--api-cpus {api_cpus} needs more than {len(cpus)} CPUs")
+    mine, rest = cpus[:api_cpus], cpus[api_cpus:]
+    for name, pid in pids.items():
+        for member in process_tree(pid):
+            member.cpu_affinity(mine if name == "api" else rest)
+    os.sched_setaffinity(0, rest)  # the Ironic-like client, and its threads from now on
+    return {"api": mine, "others": rest}
+
+
+def _wire_summary(wire: WireCapture) -> dict:
+    """InsertMedia/Reset answer times from the packet capture, or why there are none."""
+    if wire.problem:
+        return {"unavailable": wire.problem}
+    return {name: summary(times) for name, times in action_seconds(wire.exchanges()).items()}
 
 
 def _summarise(mode, count, import_seconds, workers, started, ended, nodes) -> dict:
@@ -213,9 +252,13 @@ def run_sushy_tools(count: int, import_seconds: float, work_dir: Path, attempts:
         images = {sid: iso.url_for(f"boot-{i}") for i, sid in enumerate(emu.system_ids)}
         requests_seen = RequestCounter(run_dir / "sushy-emulator.log", "")
         requests_seen.start()
-        with RssSampler({"sushy-emulator": emu.proc.pid}) as rss:
+        cpu = CpuAccount({"sushy-emulator": emu.proc.pid}, own=CLIENT)
+        wire = WireCapture(emu.port, run_dir / "api.pcap")
+        with RssSampler({"sushy-emulator": emu.proc.pid}) as rss, wire:
             started = time.time()
+            cpu.start()
             runs = ironic.provision_all(images, power_timeout=POWER_TIMEOUT_S)
+            cpu_used = cpu.stop()
             ended = time.time()
         downloads = iso.downloads
         cost = requests_seen.stop()
@@ -250,6 +293,8 @@ def run_sushy_tools(count: int, import_seconds: float, work_dir: Path, attempts:
             "peak_rss": rss.as_dict(),
             "requests": cost,
             "redis_ops": None,
+            "on_the_wire": _wire_summary(wire),
+            "cpu_during_calls": cpu_used,
         }
     )
     return result

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -88,6 +89,49 @@ class RssSampler:
             "peak_by_process_mib": {k: round(v / mib, 1) for k, v in self.peak_by_name.items()},
             "samples": self.samples,
         }
+
+
+class CpuAccount:
+    """CPU seconds each named process (with its children) used between ``start`` and ``stop``.
+
+    ``own`` names this process alone (not its children): in the fleet bench it is the Ironic-like
+    client, whose share of the 2 cores explains the latencies it records.
+    """
+
+    def __init__(self, pids: dict[str, int], own: str = ""):
+        self.pids = pids
+        self.own = own
+        self._start: dict[str, float] = {}
+        self._wall = 0.0
+
+    def _cpu(self) -> dict[str, float]:
+        out = {}
+        for name, pid in self.pids.items():
+            total = 0.0
+            for member in process_tree(pid):
+                try:
+                    times = member.cpu_times()
+                except psutil.Error:
+                    continue
+                total += times.user + times.system
+            out[name] = total
+        if self.own:
+            times = psutil.Process().cpu_times()
+            out[self.own] = times.user + times.system
+        return out
+
+    def start(self) -> None:
+        self._start = self._cpu()
+        self._wall = time.monotonic()
+
+    def stop(self) -> dict:
+        """{"wall_seconds", "cpu_seconds": {name: s}}; a process gone meanwhile reads 0."""
+        wall = time.monotonic() - self._wall
+        now = self._cpu()
+        used = {
+            name: round(max(0.0, now.get(name, 0.0) - t0), 2) for name, t0 in self._start.items()
+        }
+        return {"wall_seconds": round(wall, 2), "cpu_seconds": used}
 
 
 class RequestCounter:

@@ -56,3 +56,39 @@ def test_request_counter_reads_action_times_from_the_access_log(tmp_path):
         handle.write("2026-12-03 06:00:01,000 INFO gunicorn.error Booting worker with pid: 1\n")
     assert counter.stop() == {"requests": 3, "source": "access log"}
     assert counter.server_seconds == {"InsertMedia": [0.014], "Reset": [0.003]}
+
+
+def test_cpu_account_charges_a_busy_child_and_not_an_idle_one():
+    """The CPU table says who used the cores while the Ironic calls ran."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from bench.sampler import CpuAccount
+
+    # Spins for 1 s of CPU, then stays alive (idle) so that its total can be read at stop().
+    busy_code = (
+        "import time\nend = time.process_time() + 1.0\n"
+        "while time.process_time() < end: pass\ntime.sleep(30)"
+    )
+    busy = subprocess.Popen([sys.executable, "-c", busy_code])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        account = CpuAccount({"busy": busy.pid, "idle": idle.pid}, own="me")
+        account.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            times = psutil.Process(busy.pid).cpu_times()
+            if times.user + times.system >= 1.0:
+                break
+            time.sleep(0.05)
+        used = account.stop()
+    finally:
+        for proc in (busy, idle):
+            proc.kill()
+            proc.wait(5)
+    assert used["cpu_seconds"]["busy"] >= 0.5
+    assert used["cpu_seconds"]["idle"] < 0.2
+    assert set(used["cpu_seconds"]) == {"busy", "idle", "me"}
+    assert used["wall_seconds"] >= used["cpu_seconds"]["busy"] * 0.9

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -45,8 +46,17 @@ def test_fleet_benchmark_writes_json_markdown_and_figures(tmp_path):
     assert runs["fleetfish"]["requests"]["requests"] > 0
     assert runs["fleetfish"]["redis_ops"] > 0
     assert document["verdicts"], "targets were evaluated"
+    # Who used the CPU while the calls ran, and (where tcpdump can capture) the answer times
+    # as the API's port saw them: one per node and action.
+    assert runs["fleetfish"]["cpu_during_calls"]["cpu_seconds"]["api"] > 0
+    wire = runs["fleetfish"]["on_the_wire"]
+    if shutil.which("tcpdump") and "unavailable" not in wire:
+        assert wire["InsertMedia"]["count"] == 2 and wire["Reset"]["count"] == 2
+    else:
+        assert wire.get("unavailable")
 
     markdown = (out / "results.md").read_text()
     assert "| fleetfish | 2 |" in markdown and "| sushy-tools | 2 |" in markdown
+    assert "## CPU while the Ironic calls ran" in markdown
     for png in ("timeline-fleetfish-n2.png", "timeline-sushy-tools-n2.png", "makespan.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
