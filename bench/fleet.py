@@ -51,11 +51,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--api-workers", type=int, default=2, help="gunicorn processes of the fleetfish API"
     )
     p.add_argument(
-        "--api-cpus",
+        "--service-cpus",
         type=int,
         default=0,
-        help="pin the API to this many CPUs of its own and everything else to the rest "
-        "(0: all share every CPU)",
+        help="pin the API and Redis to this many CPUs of their own and everything else to "
+        "the rest (0: all share every CPU)",
     )
     p.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench" / "fleet")
     args = p.parse_args(argv)
@@ -88,7 +88,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
                     args.max_wait,
                     watcher_in_workers=args.watcher_in_workers,
                     api_workers=args.api_workers,
-                    api_cpus=args.api_cpus,
+                    service_cpus=args.service_cpus,
                 )
             # The machine is shared: the load around each run says how far to trust its latencies.
             result["load_average_1m"] = {"before": load_before, "after": os.getloadavg()[0]}

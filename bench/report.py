@@ -211,8 +211,12 @@ def cpu_during_calls(results: list[dict]) -> str:
             f"{name} {sec:.1f} s ({sec / wall:.2f} cores)"
             for name, sec in sorted(used.items(), key=lambda kv: -kv[1])
         )
-        pinned = r.get("api_cpus")
-        where = f" (API on CPUs {pinned['api']}, the rest on {pinned['others']})" if pinned else ""
+        pinned = r.get("service_cpus")
+        where = (
+            f" (API and Redis on CPUs {pinned['service']}, the rest on {pinned['others']})"
+            if pinned
+            else ""
+        )
         rows.append(f"| {r['mode']} | {r['n']}{where} | {wall:.1f} s | {parts} |\n")
     if not rows:
         return ""

@@ -28,6 +28,7 @@ MODES = (FLEETFISH, SEQUENTIAL, SUSHY_TOOLS)
 # Metal3/OpenShift's power_state_change_timeout: how long Ironic polls for PowerState On.
 POWER_TIMEOUT_S = 120
 FLEETFISH_PROCESSES = ("api", "watcher")  # plus every worker*
+SERVICE_TIER = ("api", "redis")  # on the path of every Redfish call
 CLIENT = "ironic client"  # the bench process itself, in the CPU accounting
 
 
@@ -72,7 +73,7 @@ def run_lab_mode(
     max_wait: float,
     watcher_in_workers: bool = False,
     api_workers: int = 2,
-    api_cpus: int = 0,
+    service_cpus: int = 0,
 ) -> dict:
     """fleetfish as shipped, or its documented legacy mode (one worker, no chord)."""
     sequential = mode == SEQUENTIAL
@@ -105,7 +106,7 @@ def run_lab_mode(
         everyone = {name: proc.pid for name, proc in stack.procs.items()}
         if stack.redis and stack.redis.proc:
             everyone["redis"] = stack.redis.proc.pid
-        pinned = pin_api(everyone, api_cpus) if api_cpus else None
+        pinned = pin_service(everyone, service_cpus) if service_cpus else None
         cpu = CpuAccount(everyone, own=CLIENT)
         requests_seen.start()
         redis_ops.start()
@@ -123,7 +124,7 @@ def run_lab_mode(
         ops = redis_ops.stop()
     finally:
         stack.stop()
-        os.sched_setaffinity(0, affinity)  # --api-cpus narrowed it for this run only
+        os.sched_setaffinity(0, affinity)  # --service-cpus narrowed it for this run only
 
     nodes = []
     for run in runs:
@@ -161,25 +162,26 @@ def run_lab_mode(
             },
             "on_the_wire": _wire_summary(wire),
             "cpu_during_calls": cpu_used,
-            "api_cpus": pinned,
+            "service_cpus": pinned,
         }
     )
     return result
 
 
-def pin_api(pids: dict[str, int], api_cpus: int) -> dict[str, list[int]]:
-    """Give the API ``api_cpus`` CPUs of its own and everything else (this client, the
-    simulator, Redis, workers) the rest: the API as a deployment runs it, on cores it does not
-    share with Ironic or the cluster. Returns the split."""
+def pin_service(pids: dict[str, int], cpus_wanted: int) -> dict[str, list[int]]:
+    """Give the service tier every call goes through (the API and Redis) ``cpus_wanted`` CPUs
+    of its own, and everything else (this client, the simulator, the workers) the rest: as in
+    a deployment, where Ironic and the cluster do not run on the API's and Redis's cores.
+    Returns the split."""
     cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) <= api_cpus:
-        raise SystemExit(f"--api-cpus {api_cpus} needs more than {len(cpus)} CPUs")
-    mine, rest = cpus[:api_cpus], cpus[api_cpus:]
+    if len(cpus) <= cpus_wanted:
+        raise SystemExit(f"--service-cpus {cpus_wanted} needs more than {len(cpus)} CPUs")
+    mine, rest = cpus[:cpus_wanted], cpus[cpus_wanted:]
     for name, pid in pids.items():
         for member in process_tree(pid):
-            member.cpu_affinity(mine if name == "api" else rest)
+            member.cpu_affinity(mine if name in SERVICE_TIER else rest)
     os.sched_setaffinity(0, rest)  # the Ironic-like client, and its threads from now on
-    return {"api": mine, "others": rest}
+    return {"service": mine, "others": rest}
 
 
 def _wire_summary(wire: WireCapture) -> dict:
