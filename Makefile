@@ -37,9 +37,11 @@ bench: $(STAMP)
 	-$(PY) -m bench.fleet --sizes 3,10,50 --import-seconds 30 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t30
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish,sushy-tools --out docs/benchmarks/fleet-n200-t20
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish --watcher-in-workers --out docs/benchmarks/fleet-n200-t20-watcher-in-workers
+	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish --service-cpus 1 --out docs/benchmarks/fleet-n200-t20-service-cpus1
 	-$(PY) -m bench.fleet --sizes 3 --import-seconds 55 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t55
 	-$(PY) -m bench.fleet --sizes 3 --import-seconds 70 --modes sushy-tools --out docs/benchmarks/sushy-t70
 	-$(PY) -m bench.api_latency --clients 50 --seconds 10 --out docs/benchmarks/api-latency
+	$(PY) -m bench.imports > docs/benchmarks/imports.txt
 
 # About a minute: 3 nodes, all three modes.
 bench-quick: $(STAMP)

@@ -92,3 +92,12 @@ def test_cpu_account_charges_a_busy_child_and_not_an_idle_one():
     assert used["cpu_seconds"]["idle"] < 0.2
     assert set(used["cpu_seconds"]) == {"busy", "idle", "me"}
     assert used["wall_seconds"] >= used["cpu_seconds"]["busy"] * 0.9
+
+
+def test_import_memory_probe_reports_each_import_in_a_fresh_interpreter():
+    from bench.imports import measure
+
+    rows = measure(("email.parser", "json"))
+    assert [name for name, _ in rows] == ["(interpreter)", "email.parser", "json"]
+    assert rows[0][1] > 1  # a bare interpreter is several MiB
+    assert all(mib >= 0 for _, mib in rows[1:])
