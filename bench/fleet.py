@@ -130,6 +130,9 @@ def write_outputs(results: list[dict], out: Path, command: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("sushy").setLevel(logging.ERROR)
+    # sushy's session keeps 10 connections per host and 64 threads share it; with Connection:
+    # close every spare is discarded anyway, and urllib3 would say so hundreds of times a run.
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     args = parse_args(argv)
     command = "python -m bench.fleet " + shlex.join(sys.argv[1:] if argv is None else argv)
     results = run_all(args)

@@ -25,6 +25,13 @@ def _makespan(r: dict) -> str:
     return "never"
 
 
+def _gap(p99: float | None) -> str:
+    """Media ready -> power-on; negative means the node was powered on before its media."""
+    if p99 is not None and p99 < 0:
+        return f"{ms(p99)} (powered on before its media)"
+    return ms(p99)
+
+
 def _load(r: dict) -> str:
     load = r.get("load_average_1m")
     return f"{load['before']:.1f} -> {load['after']:.1f}" if load else "n/a"
@@ -45,7 +52,7 @@ def table(results: list[dict]) -> str:
             f"{r['disk_boots']} | {r['errors']} | {_makespan(r)} | "
             f"{ms(lat['insert']['p50'])} / {ms(lat['insert']['p99'])} | "
             f"{ms(lat['reset']['p50'])} / {ms(lat['reset']['p99'])} | "
-            f"{ms(lat['media_to_power_on']['p99'])} | {r['peak_rss']['peak_total_mib']} / {r['peak_rss'].get('peak_pss_total_mib', 'n/a')} MiB | "
+            f"{_gap(lat['media_to_power_on']['p99'])} | {r['peak_rss']['peak_total_mib']} / {r['peak_rss'].get('peak_pss_total_mib', 'n/a')} MiB | "
             f"{r['requests']['requests']} | {r['redis_ops'] if r['redis_ops'] is not None else 'n/a'} | "
             f"{_load(r)} |"
         )

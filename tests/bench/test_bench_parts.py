@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import time
 
+import pytest
 import requests
 
 from bench.sampler import RequestCounter
@@ -101,3 +103,40 @@ def test_import_memory_probe_reports_each_import_in_a_fresh_interpreter():
     assert [name for name, _ in rows] == ["(interpreter)", "email.parser", "json"]
     assert rows[0][1] > 1  # a bare interpreter is several MiB
     assert all(mib >= 0 for _, mib in rows[1:])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
+def test_service_cpus_split_the_api_and_redis_from_everything_else():
+    import subprocess
+    import sys
+
+    import psutil
+
+    from bench.runs import pin_service
+
+    mine = os.sched_getaffinity(0)
+    procs = {
+        name: subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        for name in ("api", "redis", "kubesim")
+    }
+    try:
+        split = pin_service({name: p.pid for name, p in procs.items()}, 1)
+        service, others = set(split["service"]), set(split["others"])
+        assert service and others and not service & others
+        for name in ("api", "redis"):
+            assert set(psutil.Process(procs[name].pid).cpu_affinity()) == service
+        assert set(psutil.Process(procs["kubesim"].pid).cpu_affinity()) == others
+        assert os.sched_getaffinity(0) == others  # the client runs beside the cluster
+    finally:
+        os.sched_setaffinity(0, mine)
+        for p in procs.values():
+            p.kill()
+            p.wait(5)
+
+
+def test_a_negative_media_to_power_on_gap_is_labelled():
+    from bench.report import _gap
+
+    assert _gap(-31.05) == "-31050.0 ms (powered on before its media)"
+    assert _gap(0.28) == "280.0 ms"
+    assert _gap(None) == "n/a"
