@@ -251,6 +251,27 @@ class NetLab:
         finally:
             app.close()
 
+    def consume(self, worker: str, on: bool) -> None:
+        """Start or stop ``worker`` (e.g. "worker0") taking tasks from the fleet's queues, by
+        Celery remote control; raises when the worker does not confirm."""
+        from celery import Celery
+
+        from fleetfish.celery_config import MEDIA_QUEUE, POWER_QUEUE, celery_config
+        from fleetfish.settings import Settings
+
+        app = Celery("fleetfish-netlab")
+        app.conf.update(celery_config(Settings(redis_url=self.redis_url)))
+        try:
+            nodes = [n for r in app.control.ping(timeout=1.0) or [] for n in r]
+            node = next(n for n in nodes if n.split("@", 1)[0] == worker)
+            for queue in (MEDIA_QUEUE, POWER_QUEUE):
+                call = app.control.add_consumer if on else app.control.cancel_consumer
+                replies = call(queue, destination=[node], reply=True, timeout=2.0) or []
+                if not replies:
+                    raise RuntimeError(f"{worker} did not confirm consuming={on} on {queue}")
+        finally:
+            app.close()
+
     def active(self) -> dict[str, list[dict]]:
         from celery import Celery
 

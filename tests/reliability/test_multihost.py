@@ -1,5 +1,5 @@
-"""Multi-host: API, Redis and two worker hosts in separate network namespaces; one worker host
-is cut off mid-run and the other one picks up its work after the visibility timeout."""
+"""Multi-host: API, Redis and two worker hosts in separate network namespaces; the worker host
+holding the work is cut off mid-run and the other one picks it up after the visibility timeout."""
 
 from __future__ import annotations
 
@@ -38,8 +38,10 @@ def test_worker_host_cut_off_mid_run_the_other_host_finishes(tmp_path):
         # VM writes (boot override, attach) answer slowly, so both hosts are seen holding work.
         fault = {"method": "PUT", "path_regex": "/virtualmachines/[^/]+$", "count": 2 * VMS}
         requests.post(f"{lab.kube_url}/lab/faults", json=fault | {"delay_seconds": 3}, timeout=5)
+        # Worker host 0 takes no work until host 1 holds some and is cut: left to chance, host 0
+        # could take every task and the cut would test nothing.
+        lab.consume("worker0", on=False)
         since = time.time()
-        # Cut worker host 1 as soon as it holds media work of some node.
         cut = {}
 
         def cut_when_busy() -> bool:
@@ -47,6 +49,7 @@ def test_worker_host_cut_off_mid_run_the_other_host_finishes(tmp_path):
             if tasks:
                 lab.cut("w1")
                 cut["at"], cut["tasks"] = time.time(), [t["name"] for t in tasks]
+                lab.consume("worker0", on=True)
             return bool(tasks)
 
         cutter = threading.Thread(
