@@ -420,21 +420,30 @@ class LabStack:
 
     def _await_workers(self, count: int, deadline: float) -> None:
         from celery import Celery
+        from kombu.exceptions import OperationalError
+        from redis.exceptions import ConnectionError as RedisConnectionError
 
         from fleetfish.celery_config import celery_config
         from fleetfish.settings import Settings
 
-        app = Celery("fleetfish-lab")
-        app.conf.update(celery_config(Settings(redis_url=self.redis_url)))
-        try:
-            while time.monotonic() < deadline:
-                self._check_alive()
+        last_error = ""
+        while time.monotonic() < deadline:
+            self._check_alive()
+            # A fresh client per attempt: a connection Redis dropped while the fleet was
+            # starting is not reused, and one failed ping is not the end of the wait.
+            app = Celery("fleetfish-lab")
+            app.conf.update(celery_config(Settings(redis_url=self.redis_url)))
+            try:
                 replies = app.control.ping(timeout=1.0) or []
-                if len(replies) >= count:
-                    return
-        finally:
-            app.close()
-        raise TimeoutError(f"fewer than {count} workers answered ping")
+            except (OSError, OperationalError, RedisConnectionError) as exc:
+                last_error = f" (last ping: {type(exc).__name__}: {exc})"
+                time.sleep(0.2)
+                continue
+            finally:
+                app.close()
+            if len(replies) >= count:
+                return
+        raise TimeoutError(f"fewer than {count} workers answered ping{last_error}")
 
     # -- faults and shutdown -----------------------------------------------------------------
 
