@@ -25,11 +25,10 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import requests
 
 from bench.runs import lab_vm_names
-from bench.sampler import process_tree
+from bench.sampler import cpu_seconds
 from bench.stats import ms, percentile
 from bench.sushytools import SushyEmulator
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
@@ -171,18 +170,6 @@ def measure(urls, auth, keep_alive: bool, clients: int, seconds: float, procs: i
 def _warm(url: str, auth) -> None:
     reply = requests.get(url, auth=auth, timeout=30)
     reply.raise_for_status()
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process and its children (gunicorn's workers), so far."""
-    total = 0.0
-    for proc in process_tree(pid):
-        try:
-            t = proc.cpu_times()
-        except psutil.Error:
-            continue
-        total += t.user + t.system
-    return total
 
 
 def run(clients: int, seconds: float, procs: int, work_dir: Path, client: str) -> list[dict]:

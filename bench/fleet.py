@@ -64,6 +64,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = set(args.modes) - set(MODES)
     if unknown:
         p.error(f"unknown modes {sorted(unknown)}; choose from {MODES}")
+    if args.service_cpus < 0:
+        p.error("--service-cpus must be 0 (no pinning) or more")
     if not args.max_wait:
         args.max_wait = 2 * args.import_seconds + 60
     return args

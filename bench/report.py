@@ -162,14 +162,7 @@ def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
 def server_side(results: list[dict]) -> str:
     """Time inside the API per action (gunicorn's request time, from its access log): apart
     from the accept queue and the client's own CPU, both shared with the harness here."""
-    rows = []
-    for r in results:
-        for action, s in sorted((r.get("server_side") or {}).items()):
-            if s.get("count"):
-                rows.append(
-                    f"| {r['mode']} | {r['n']} | {action} | {s['count']} | {ms(s['p50'])} | "
-                    f"{ms(s['p99'])} | {ms(s['max'])} |\n"
-                )
+    rows = [row for r in results for row in _action_rows(r, r.get("server_side") or {})]
     if not rows:
         return ""
     head = (
@@ -177,6 +170,16 @@ def server_side(results: list[dict]) -> str:
         "|---|---|---|---|---|---|---|\n"
     )
     return head + "".join(rows)
+
+
+def _action_rows(r: dict, summaries: dict[str, dict]) -> list[str]:
+    """One table row per action that has samples: mode, N, action, count, p50, p99, max."""
+    return [
+        f"| {r['mode']} | {r['n']} | {action} | {s['count']} | {ms(s['p50'])} | "
+        f"{ms(s['p99'])} | {ms(s['max'])} |\n"
+        for action, s in sorted(summaries.items())
+        if s.get("count")
+    ]
 
 
 def on_the_wire(results: list[dict]) -> str:
@@ -188,12 +191,7 @@ def on_the_wire(results: list[dict]) -> str:
             rows.append(
                 f"| {r['mode']} | {r['n']} | all | not measured: {wire['unavailable']} | | | |\n"
             )
-        for action, s in sorted((k, v) for k, v in wire.items() if k != "unavailable"):
-            if s.get("count"):
-                rows.append(
-                    f"| {r['mode']} | {r['n']} | {action} | {s['count']} | {ms(s['p50'])} | "
-                    f"{ms(s['p99'])} | {ms(s['max'])} |\n"
-                )
+        rows += _action_rows(r, {k: v for k, v in wire.items() if k != "unavailable"})
     if not rows:
         return ""
     head = (

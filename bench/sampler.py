@@ -27,6 +27,18 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its children (gunicorn's workers), so far."""
+    total = 0.0
+    for member in process_tree(pid):
+        try:
+            times = member.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 class RssSampler:
     """Samples the summed RSS of some PIDs and all their children every ~0.5 s in a thread.
 
@@ -105,16 +117,7 @@ class CpuAccount:
         self._wall = 0.0
 
     def _cpu(self) -> dict[str, float]:
-        out = {}
-        for name, pid in self.pids.items():
-            total = 0.0
-            for member in process_tree(pid):
-                try:
-                    times = member.cpu_times()
-                except psutil.Error:
-                    continue
-                total += times.user + times.system
-            out[name] = total
+        out = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
         if self.own:
             times = psutil.Process().cpu_times()
             out[self.own] = times.user + times.system

@@ -140,3 +140,12 @@ def test_a_negative_media_to_power_on_gap_is_labelled():
     assert _gap(-31.05) == "-31050.0 ms (powered on before its media)"
     assert _gap(0.28) == "280.0 ms"
     assert _gap(None) == "n/a"
+
+
+def test_a_negative_service_cpu_count_is_refused(capsys):
+    from bench.fleet import parse_args
+
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--out", "x", "--service-cpus", "-1"])
+    assert exit_info.value.code == 2
+    assert "--service-cpus must be 0" in capsys.readouterr().err
