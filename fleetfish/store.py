@@ -8,7 +8,8 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:media:{id}:{dev}``     HASH, requested virtual media of one device (see ``MEDIA_FIELDS``)
 ``ff:mediacred:{id}:{dev}`` HASH, image fetch credentials; never rendered by the API
 ``ff:power:{id}``           HASH, deferred and in-flight power actions, ``last_request``: task
-                            of the latest Reset, InsertMedia or EjectMedia of the system
+                            of the latest Reset, InsertMedia or EjectMedia of the system,
+                            ``error``/``error_at``: why the last power-on never ran the VM
 ``ff:boot:{id}``            HASH, requested boot override (``enabled``, ``target``, ``mode``)
 ``ff:task:{tid}``           HASH, one Redfish Task (see ``TASK_FIELDS``), expiring
 ``ff:tasks``                ZSET of task ids by start time
@@ -241,6 +242,8 @@ local verdict, cancelled = 'run', ''
 local defer = ARGV[10] == '1'
 local is_on, is_off = member(ARGV[7], ARGV[6]), member(ARGV[8], ARGV[6])
 redis.call('HSET', KEYS[4], 'last_request', ARGV[1])
+-- A new Reset is the operator's answer to a failed power-on: the system's error ends here.
+redis.call('HDEL', KEYS[4], 'error', 'error_at')
 if defer and is_on and (pending or deferred ~= '') then
   verdict = 'deferred'
   redis.call('HSET', KEYS[4], 'deferred', ARGV[6], 'deferred_task', ARGV[1],
@@ -338,6 +341,20 @@ redis.call('HDEL', KEYS[2], 'deferred', 'deferred_task', 'deferred_at')
 return {'failed', dtask}
 """
 
+# KEYS: task, power. ARGV: task id, reason, now. A power-on that never got its VM running ends
+# in Exception and, while it is still the system's latest request, leaves the reason on the
+# system. Returns 0 when the task had already ended (a later request or delivery settled it).
+_FAIL_START = _with_task_lua("""
+local message = 'not powered on: ' .. ARGV[2]
+if not end_task(ARGV[1], 'Exception', 'Critical', message, 'Base.1.22.GeneralError', ARGV[3]) then
+  return 0
+end
+if (redis.call('HGET', KEYS[2], 'last_request') or '') == ARGV[1] then
+  redis.call('HSET', KEYS[2], 'error', ARGV[2], 'error_at', ARGV[3])
+end
+return 1
+""")
+
 # KEYS: boot. ARGV: gen. Ends a Once override (Disabled/None, new gen) only if ``gen`` is
 # still the current one: a late end of an earlier Once must not cancel a newer request.
 _END_BOOT_ONCE = """
@@ -389,6 +406,7 @@ class Store:
         self._resend_reset = client.register_script(_RESEND_RESET)
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
         self._end_boot_once = client.register_script(_END_BOOT_ONCE)
+        self._fail_start = client.register_script(_FAIL_START)
 
     @classmethod
     def from_url(cls, url: str, task_ttl: int = 86400, **kwargs: Any) -> Store:
@@ -620,6 +638,16 @@ class Store:
             args=[str(gen), body_id, str(time.time())],
         )
         return {"verdict": _s(verdict), "action": _s(action), "task": _s(dtask)}
+
+    def fail_power_on(self, system_id: str, task_id: str, reason: str) -> bool:
+        """End a power-on's task in Exception and show ``reason`` on the system (see
+        ``_FAIL_START``); False when the task had already ended."""
+        return bool(
+            self._fail_start(
+                keys=[key_task(task_id), key_power(system_id)],
+                args=[task_id, reason, str(time.time())],
+            )
+        )
 
     def finish_inflight(self, system_id: str, body_id: str) -> None:
         key = key_power(system_id)

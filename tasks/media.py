@@ -13,6 +13,8 @@ import time
 from celery import shared_task
 
 from fleetfish.mirror import split_system_id
+from tasks.followups import schedule_revert
+from tasks.power import end_power_task, watch_start
 from workers import runtime
 from workers.kubevirt import KubeError, NotFound, Transient
 from workers.media import (
@@ -79,19 +81,20 @@ def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None
     size = storage_size(head_content_length(image), conf)
     # Credentials never enter the task message: they stay in Redis until put in a Secret.
     creds = store.media_credentials(system_id, device)
-    secret = credentials_secret(kv, system_id, device, image, creds) if creds else ""
-    body = dv_body(system_id, device, image, size, conf, secret_name=secret)
+    secret = credentials_secret(kv, system_id, device, image, gen, creds) if creds else ""
+    body = dv_body(system_id, device, image, gen, size, conf, secret_name=secret)
     with device_lock(store.r, system_id, device):
         # Checked under the lock an eject also holds: a stale import never creates an orphan.
         if _current(system_id, device, gen) is None:
             return None
         dv, created = ensure_dv(kv, body)
     log.info(
-        "%s DataVolume %s (%s) for %s",
-        "created" if created else "reusing",
+        "%s DataVolume %s (%s) for %s system=%s",
+        "created" if created else "found",
         body["metadata"]["name"],
         size,
         image,
+        system_id,
     )
     return dv
 
@@ -100,7 +103,7 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
     """One poll of the import. Returns the result when done, None when it must poll again."""
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
     ns, _ = split_system_id(system_id)
-    name = dv_name(system_id, device, image)
+    name = dv_name(system_id, device, image, gen)
     if not store.update_media(system_id, device, gen, dv=name):
         return {"stale": True}
     try:
@@ -108,12 +111,12 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
     except NotFound:
         dv = None
     if dv is not None and (dv.get("metadata") or {}).get("deletionTimestamp"):
-        return None  # an old copy is going away; create it again once it is gone
-    if dv is not None and started is None and import_status(dv).error:
-        # A failed DataVolume of an earlier insert of the same image: import it afresh.
-        delete_dv(kv, dv)
-        return None
+        # Nothing of fleetfish deletes the current generation's volume: someone else did.
+        raise MediaError(f"DataVolume {name} was deleted while its import ran")
     if dv is None:
+        if started is not None:
+            # An earlier poll of this import created it (``started`` is set after that poll).
+            raise MediaError(f"DataVolume {name} disappeared while its import ran")
         dv = _create_dv(system_id, device, gen, image)
         if dv is None:
             return {"stale": True}
@@ -124,7 +127,7 @@ def import_step(task, system_id, device, gen, image, task_id, started) -> dict |
     if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
         return {"stale": True}
     if status.done:
-        log.info("DataVolume %s imported", name)
+        log.info("DataVolume %s imported system=%s", name, system_id)
         return {"dv": name}
     if started is not None and time.time() - started > conf.import_timeout:
         delete_dv(kv, dv)
@@ -176,7 +179,7 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
     media = _current(system_id, device, gen)
     if media is None:
         return True, {"stale": True}
-    dv = media.get("dv") or dv_name(system_id, device, media.get("image", ""))
+    dv = media.get("dv") or dv_name(system_id, device, media.get("image", ""), gen)
     if media.get("attached") != "1":
         if not store.update_media(system_id, device, gen, state="Updating"):
             return True, {"stale": True}
@@ -193,7 +196,7 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
         return True, {"stale": True}
     with device_lock(store.r, system_id, device):
         if _current(system_id, device, gen) is not None:
-            delete_device_dvs(kv, system_id, device, keep=dv)
+            delete_device_dvs(kv, system_id, device, below_gen=gen)
     log.info("DataVolume %s attached to %s", dv, conf.cdrom_disk)
     return True, {"dv": dv, "attached": True}
 
@@ -226,15 +229,6 @@ def media_attach(self, system_id, device, gen, task_id, since=None, transient=0)
     )
 
 
-def _schedule_revert(system_id: str, vmi_uid_before: str, boot_gen: str) -> None:
-    from celery import current_app
-
-    # boot_gen travels in args: a retry replaces the kwargs, never the args.
-    current_app.send_task(
-        "boot.revert_once", args=(system_id, vmi_uid_before, boot_gen or None), countdown=1
-    )
-
-
 @shared_task(bind=True, name="media.release", max_retries=None, acks_late=True)
 @single_delivery
 def media_release(self, system_id, device, gen, task_id, transient=0):
@@ -257,9 +251,10 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
             system_id,
             action,
             power_task,
-            _schedule_revert,
+            schedule_revert,
+            lambda before: watch_start(system_id, power_task, before),
         )
-        store.update_task(power_task, state="Completed", status="OK", message=message)
+        end_power_task(store, power_task, message)
     except Transient as exc:
         log.warning("deferred %s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
@@ -274,7 +269,8 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
 
 
 def _clear_device(system_id: str, device: str, gen: int) -> None:
-    """Declarative eject plus deletion of the device's DataVolumes, if ``gen`` is current."""
+    """Declarative eject plus deletion of the device's DataVolumes up to generation ``gen``,
+    if ``gen`` is current (a newer insert's volume is never touched)."""
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
     ns, vm = split_system_id(system_id)
     with device_lock(store.r, system_id, device):
@@ -285,7 +281,7 @@ def _clear_device(system_id: str, device: str, gen: int) -> None:
         except NotFound:
             # The VM was deleted meanwhile: nothing to eject, but its DataVolumes must go.
             log.info("VM %s is gone: only deleting its DataVolumes", system_id)
-        delete_device_dvs(kv, system_id, device)
+        delete_device_dvs(kv, system_id, device, below_gen=gen + 1)
 
 
 @shared_task(bind=True, name="media.failed", acks_late=True)
@@ -359,8 +355,9 @@ def legacy_import(task, system_id, device, gen, image, task_id) -> dict:
         raise MediaError("timed out waiting for the legacy media lock")
     try:
         started = time.time()
-        for _ in range(int(conf.import_timeout / max(conf.import_poll_seconds, 0.1)) + 1):
-            result = import_step(task, system_id, device, gen, image, task_id, started)
+        for attempt in range(int(conf.import_timeout / max(conf.import_poll_seconds, 0.1)) + 1):
+            since = started if attempt else None  # the first poll creates the DataVolume
+            result = import_step(task, system_id, device, gen, image, task_id, since)
             if result is not None:
                 break
             if time.time() > deadline + conf.import_timeout:

@@ -1,19 +1,41 @@
-"""power.reset: one Redfish Reset action against the VM, retried with backoff on Transient."""
+"""power.* tasks: one Redfish Reset action against the VM, and the watch that follows a start
+until the VM runs (or reports why it cannot)."""
 
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import shared_task
 
-from fleetfish.store import ENDED_TASK_STATES
-from tasks.media import _schedule_revert
+from fleetfish.mirror import split_system_id
+from fleetfish.store import ENDED_TASK_STATES, Store, key_task
+from tasks.followups import schedule_revert, schedule_start_check
 from workers import runtime
-from workers.kubevirt import KubeError, Transient
-from workers.power import PowerError, run_power
+from workers.kubevirt import Conflict, KubeError, Transient
+from workers.power import PowerError, run_power, start_blocker, vmi_running
 from workers.taskutil import reset_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
+
+# Looks at a start space out to this (a start is seconds; the bound is minutes).
+START_CHECK_MAX = 5.0
+
+
+def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
+    """Mark the Reset task as followed by ``power.verify`` and send that task."""
+    store = runtime.store()
+    if task_id and store.r.exists(key_task(task_id)):
+        store.r.hset(key_task(task_id), "verifying", "1")
+    schedule_start_check(system_id, task_id, vmi_uid_before)
+
+
+def end_power_task(store: Store, task_id: str, message: str) -> None:
+    """Completed, unless a start is being followed: then it ends when the VM runs."""
+    if task_id and store.r.hget(key_task(task_id), "verifying") == "1":
+        store.update_task(task_id, state="Running", percent=50, message=f"{message}: starting")
+    else:
+        store.update_task(task_id, state="Completed", status="OK", message=message)
 
 
 @shared_task(bind=True, name="power.reset", max_retries=None, acks_late=True)
@@ -36,9 +58,10 @@ def power_reset(self, system_id, action, task_id, transient=0):
                 system_id,
                 action,
                 task_id,
-                _schedule_revert,
+                schedule_revert,
+                lambda before: watch_start(system_id, task_id, before),
             )
-            store.update_task(task_id, state="Completed", status="OK", message=message)
+            end_power_task(store, task_id, message)
     except Transient as exc:
         log.warning("%s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
@@ -49,3 +72,61 @@ def power_reset(self, system_id, action, task_id, transient=0):
         store.update_task(task_id, state="Exception", status="Critical", message=str(exc))
         raise
     return {"action": action, "message": message}
+
+
+def _fail_start(system_id: str, task_id: str, reason: str, blocked_volume: str) -> None:
+    """Stop the VM that cannot run (so it never boots late, from whatever is there then),
+    end the task in Exception and show why on the system and, if it is the cdrom, the media."""
+    kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
+    ns, name = split_system_id(system_id)
+    log.error("power-on failed, stopping the VM: %s", reason)
+    try:
+        # Before the task ends: a Transient error here retries the whole check.
+        kv.stop_vm(ns, name, grace_period=0)
+    except Conflict as exc:
+        log.info("stop after the failed power-on: %s", exc.message)
+    if not store.fail_power_on(system_id, task_id, reason):
+        return
+    if blocked_volume == conf.cdrom_disk:
+        media = store.get_media(system_id, "Cd")
+        store.update_media(system_id, "Cd", media["gen"], health="Critical", message=reason)
+
+
+@shared_task(bind=True, name="power.verify", max_retries=None, acks_late=True)
+@single_delivery
+def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient=0):
+    """Follow a started VM until a new VMI runs; when the cluster says it cannot (a volume it
+    needs is gone) or the bound passes, stop it and report why. Nothing stays PoweringOn."""
+    store, conf = runtime.store(), runtime.settings()
+    since = since or time.time()
+    task = store.get_task(task_id) or {}
+    if task.get("state") in ENDED_TASK_STATES or not task:
+        return {"ended": task.get("state", "expired")}
+    latest = store.get_power(system_id).get("last_request", "")
+    if latest and latest != task_id:
+        # The client moved on (a power-off, the next insert): that request owns the VM now.
+        store.update_task(task_id, state="Completed", status="OK", message="Superseded")
+        return {"superseded_by": latest}
+    doc = store.get_system(system_id) or {}
+    mirrored = doc.get("vmi") or {}
+    uid = mirrored.get("uid") or ""
+    if mirrored.get("phase") == "Running" and uid and uid != vmi_uid_before:
+        store.update_task(task_id, state="Completed", status="OK", message="Powered on")
+        return {"running": uid}
+    ns, name = split_system_id(system_id)
+    try:
+        vmi = runtime.kube().get_vmi(ns, name)
+        if vmi_running(vmi, vmi_uid_before):
+            store.update_task(task_id, state="Completed", status="OK", message="Powered on")
+            return {"running": True}
+        volume, blocker = start_blocker(vmi)
+        waited = time.time() - since
+        if blocker or waited > conf.power_on_timeout:
+            phase = ((vmi or {}).get("status") or {}).get("phase") or "no VMI"
+            reason = blocker or f"the VM did not run within {conf.power_on_timeout} s ({phase})"
+            _fail_start(system_id, task_id, reason, volume)
+            return {"failed": reason}
+    except Transient as exc:
+        raise retry_transient(self, exc, {"since": since, "transient": transient}) from None
+    delay = min(START_CHECK_MAX, max(1.0, waited / 4))
+    raise self.retry(countdown=delay, kwargs={"since": since, "transient": 0})

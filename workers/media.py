@@ -22,6 +22,7 @@ log = logging.getLogger("fleetfish.worker")
 
 LABEL_SYSTEM = "fleetfish.io/system"
 LABEL_DEVICE = "fleetfish.io/device"
+LABEL_GEN = "fleetfish.io/media-gen"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANN_BIND_IMMEDIATE = "cdi.kubevirt.io/storage.bind.immediate.requested"
 ANN_IMAGE = "fleetfish.io/image"
@@ -39,17 +40,26 @@ _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 # -- pure -------------------------------------------------------------------------------------
 
 
-def dv_name(system_id: str, device: str, image: str) -> str:
-    """``ff-<vm name>-<10 hex>``: deterministic per (system, device, image), a DNS-1123 label.
+def dv_name(system_id: str, device: str, image: str, gen: int | str) -> str:
+    """``ff-<vm name>-g<gen>-<8 hex>``: one DataVolume per InsertMedia, a DNS-1123 label.
 
-    Deterministic so a redelivered import or a repeated InsertMedia of the same image reuses
-    the DataVolume instead of failing with AlreadyExists or importing twice.
+    Deterministic per (system, device, image, generation), so a redelivered task of the same
+    insert finds its own DataVolume, while every new insert, even of the same URL, imports
+    afresh into a volume nothing else shares: a BMC mounts what the URL serves at insert time,
+    and an eject or an older insert can never delete the volume a newer one uses.
     """
-    digest = hashlib.sha256(f"{system_id}\n{device}\n{image}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{system_id}\n{device}\n{image}\n{gen}".encode()).hexdigest()[:8]
     _, vm = split_system_id(system_id)
+    tail = f"-g{gen}-{digest}"
     stem = _NON_DNS.sub("-", vm.lower()).strip("-")
-    stem = stem[: 63 - len("ff--") - 10].rstrip("-")
-    return f"ff-{stem}-{digest}" if stem else f"ff-{digest}"
+    stem = stem[: 63 - len("ff-") - len(tail)].rstrip("-")
+    return f"ff-{stem}{tail}" if stem else f"ff{tail}"
+
+
+def dv_generation(dv: dict) -> int:
+    """The media generation a DataVolume was created for (0: before generations were labelled)."""
+    value = ((dv.get("metadata") or {}).get("labels") or {}).get(LABEL_GEN, "")
+    return int(value) if str(value).isdigit() else 0
 
 
 def system_label(system_id: str) -> str:
@@ -77,6 +87,7 @@ def dv_body(
     system_id: str,
     device: str,
     image: str,
+    gen: int,
     size: str,
     settings: Settings,
     secret_name: str = "",
@@ -92,11 +103,12 @@ def dv_body(
         "apiVersion": "cdi.kubevirt.io/v1beta1",
         "kind": "DataVolume",
         "metadata": {
-            "name": dv_name(system_id, device, image),
+            "name": dv_name(system_id, device, image, gen),
             "namespace": ns,
             "labels": {
                 LABEL_SYSTEM: system_label(system_id),
                 LABEL_DEVICE: device,
+                LABEL_GEN: str(gen),
                 LABEL_MANAGED: "fleetfish",
             },
             # A stopped VM is no "first consumer": without this the import would never start.
@@ -254,16 +266,17 @@ def ensure_dv(kv: KubeVirt, body: dict) -> tuple[dict, bool]:
 
 
 def credentials_secret(
-    kv: KubeVirt, system_id: str, device: str, image: str, creds: dict[str, str]
+    kv: KubeVirt, system_id: str, device: str, image: str, gen: int, creds: dict[str, str]
 ) -> str:
     """The Secret CDI's http source reads basic-auth credentials from ('' without creds)."""
     if not (creds.get("username") or creds.get("password")):
         return ""
     ns, _ = split_system_id(system_id)
-    name = f"{dv_name(system_id, device, image)}-auth"
+    name = f"{dv_name(system_id, device, image, gen)}-auth"
     labels = {
         LABEL_SYSTEM: system_label(system_id),
         LABEL_DEVICE: device,
+        LABEL_GEN: str(gen),
         LABEL_MANAGED: "fleetfish",
     }
     data = {"accessKeyId": creds.get("username", ""), "secretKey": creds.get("password", "")}
@@ -281,14 +294,22 @@ def delete_dv(kv: KubeVirt, dv: dict) -> bool:
     return deleted
 
 
-def delete_device_dvs(kv: KubeVirt, system_id: str, device: str, keep: str = "") -> list[str]:
-    """Delete the system's fleetfish DataVolumes of ``device`` except ``keep`` (and their
-    credential Secrets); their names."""
+def delete_device_dvs(kv: KubeVirt, system_id: str, device: str, below_gen: int) -> list[str]:
+    """Delete the system's fleetfish DataVolumes of ``device`` created for a media generation
+    older than ``below_gen`` (and their credential Secrets); their names.
+
+    Never a newer generation's: whatever order the tasks of several inserts and ejects run in,
+    the volume of the latest insert is left alone.
+    """
     ns, _ = split_system_id(system_id)
     deleted = []
     for dv in kv.list_dvs(ns, device_selector(system_id, device)):
-        name = dv.get("metadata", {}).get("name", "")
-        if name and name != keep and delete_dv(kv, dv):
+        meta = dv.get("metadata") or {}
+        name = meta.get("name", "")
+        if not name or dv_generation(dv) >= below_gen:
+            continue
+        # Deleted again even when already going: its credential Secret may still be there.
+        if delete_dv(kv, dv) and not meta.get("deletionTimestamp"):
             deleted.append(name)
     if deleted:
         log.info("deleted DataVolumes %s of %s %s", deleted, system_id, device)

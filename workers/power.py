@@ -34,6 +34,10 @@ ACTIONS = (
 FINAL_PHASES = ("Succeeded", "Failed")
 
 
+# KubeVirt's reasons for a hotplug volume that cannot be plugged (virt-handler waits for it).
+BLOCKING_VOLUME_REASONS = ("FailedPvcNotFound", "PVCNotReady", "VolumeFailed", "MountFailed")
+
+
 class PowerError(Exception):
     """The action cannot be done; the message is what the Redfish task shows."""
 
@@ -44,6 +48,29 @@ def vmi_active(vmi: dict | None) -> bool:
 
 def vmi_uid(vmi: dict | None) -> str:
     return ((vmi or {}).get("metadata") or {}).get("uid", "") if vmi_active(vmi) else ""
+
+
+def vmi_running(vmi: dict | None, uid_before: str) -> bool:
+    """A VMI other than ``uid_before`` (the one a power-on found) reached Running."""
+    uid = vmi_uid(vmi)
+    return (
+        bool(uid) and uid != uid_before and (vmi or {}).get("status", {}).get("phase") == "Running"
+    )
+
+
+def start_blocker(vmi: dict | None) -> tuple[str, str]:
+    """(volume name, reason) of a volume the cluster says the VMI cannot get, ('', '') if none.
+
+    A hotplug volume whose claim is gone stays Pending for ever: the VMI never runs, and
+    nothing on the VM's power state says so.
+    """
+    for volume in ((vmi or {}).get("status") or {}).get("volumeStatus") or []:
+        if volume.get("phase") == "Ready":
+            continue
+        if volume.get("reason") in BLOCKING_VOLUME_REASONS:
+            detail = volume.get("message") or volume.get("reason")
+            return volume.get("name", ""), f"volume {volume.get('name')}: {detail}"
+    return "", ""
 
 
 def _remember(store: Store, task_id: str, field: str, value: str) -> str:
@@ -95,6 +122,7 @@ def run_power(
     action: str,
     task_id: str,
     schedule_revert: Callable[[str, str, str], None] | None = None,
+    watch_start: Callable[[str], None] | None = None,
 ) -> str:
     """Perform one Reset action; returns the message for the Redfish task.
 
@@ -102,6 +130,8 @@ def run_power(
     ``schedule_revert(system_id, vmi_uid_before, boot_gen)`` is called after a power-on under
     a Once boot override, so the original order comes back once the new VMI exists; it ends
     that generation of the override only, never a newer one requested meanwhile.
+    ``watch_start(vmi_uid_before)`` is called just before the VM is started or restarted, so
+    that something follows the start until a new VMI runs even if this worker dies next.
     """
     if action not in ACTIONS:
         raise PowerError(f"ResetType {action} is not supported")
@@ -150,8 +180,13 @@ def run_power(
         return f"{action} already done (a VMI started since runs)"
     store.update_task(task_id, state="Running", message=f"{action} in progress")
 
+    def follow_start() -> None:
+        if watch_start:
+            watch_start(before if before != "-" else "")
+
     def power_on() -> str:
         override = applied(apply_boot_override(kv, store, settings, system_id))
+        follow_start()
         started = _tolerate(
             lambda: kv.start_vm(ns, name), "already running", "does not support manual start"
         )
@@ -163,6 +198,7 @@ def run_power(
         if not vmi_active(vmi):
             return power_on()
         override = applied(apply_boot_override(kv, store, settings, system_id))
+        follow_start()
         try:
             kv.restart_vm(ns, name, force=force)
         except Conflict as exc:

@@ -68,15 +68,21 @@ def render_boot(doc: dict, boot: dict[str, str]) -> dict:
 def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dict:
     sid = doc["id"]
     uri = system_uri(sid)
-    health = "Warning" if doc.get("restartRequired") else "OK"
-    status: dict = {"State": "Enabled", "Health": health}
+    status: dict = {"State": "Enabled", "Health": "OK"}
+    conditions = []
+    if power.get("error"):
+        # Why the last power-on never ran the VM; the next Reset clears it.
+        conditions.append({"Message": power["error"], "Severity": "Critical"})
     if doc.get("restartRequired"):
-        status["Conditions"] = [
+        conditions.append(
             {
                 "Message": "The VM spec changed and takes effect at the next restart.",
                 "Severity": "Warning",
             }
-        ]
+        )
+    if conditions:
+        status["Conditions"] = conditions
+        status["Health"] = conditions[0]["Severity"]
     return {
         "@odata.id": uri,
         "@odata.type": "#ComputerSystem.v1_27_0.ComputerSystem",

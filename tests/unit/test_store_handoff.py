@@ -155,3 +155,26 @@ def test_a_once_override_is_ended_only_for_its_own_generation(store):
     assert int(boot["gen"]) > second
     # A repeated end changes nothing.
     assert store.end_boot_once("ns.vm", second) is False
+
+
+def test_a_failed_power_on_ends_its_task_and_shows_on_the_system_until_the_next_reset(store):
+    on = store.request_power("ns.vm", "On")
+    reason = "volume cdrom: PVC ff-vm-g3-abcd not found"
+    assert store.fail_power_on("ns.vm", on["task"], reason)
+    task = store.get_task(on["task"])
+    assert task["state"] == "Exception" and task["status"] == "Critical"
+    assert reason in task["message"] and task["end"]
+    assert store.get_power("ns.vm")["error"] == reason
+    # A second copy of the check finds the task ended: nothing changes.
+    assert not store.fail_power_on("ns.vm", on["task"], "other")
+    assert store.get_power("ns.vm")["error"] == reason
+    store.request_power("ns.vm", "ForceOff")
+    assert "error" not in store.get_power("ns.vm")
+
+
+def test_a_failed_power_on_superseded_by_a_later_request_leaves_the_system_alone(store):
+    on = store.request_power("ns.vm", "On")
+    store.begin_insert("ns.vm", "Cd", "http://iso/next.iso")
+    assert store.fail_power_on("ns.vm", on["task"], "did not run")
+    assert store.get_task(on["task"])["state"] == "Exception"
+    assert "error" not in store.get_power("ns.vm")

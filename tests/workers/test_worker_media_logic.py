@@ -17,8 +17,10 @@ from workers.kubevirt import (
 from workers.media import (
     ANN_BIND_IMMEDIATE,
     LABEL_DEVICE,
+    LABEL_GEN,
     LABEL_SYSTEM,
     dv_body,
+    dv_generation,
     dv_name,
     import_poll_delay,
     import_status,
@@ -32,17 +34,21 @@ from workers.media import (
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 
 
-def test_dv_name_is_deterministic_and_differs_per_image():
-    a = dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/a.iso")
-    assert a == dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/a.iso")
-    assert a != dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/b.iso")
-    assert a != dv_name("fleetfish-lab.ostest-master-1", "Cd", "http://iso/a.iso")
-    assert re.match(r"^ff-ostest-master-0-[0-9a-f]{10}$", a)
+def test_dv_name_is_one_per_insert_even_of_the_same_image():
+    a = dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/a.iso", 3)
+    # A redelivered task of the same insert finds its own DataVolume...
+    assert a == dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/a.iso", 3)
+    # ...and no other insert shares it: not the next one of the same URL, nor another VM's.
+    assert a != dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/a.iso", 5)
+    assert a != dv_name("fleetfish-lab.ostest-master-0", "Cd", "http://iso/b.iso", 3)
+    assert a != dv_name("fleetfish-lab.ostest-master-1", "Cd", "http://iso/a.iso", 3)
+    assert re.match(r"^ff-ostest-master-0-g3-[0-9a-f]{8}$", a)
 
 
 def test_dv_name_of_a_long_dotted_vm_is_a_dns_label():
-    name = dv_name("ns." + "Very.Long_name-" * 10, "Cd", "http://iso/a.iso")
+    name = dv_name("ns." + "Very.Long_name-" * 10, "Cd", "http://iso/a.iso", 123456789)
     assert len(name) <= 63 and DNS_LABEL.match(name), name
+    assert name.endswith("-g123456789-" + name.rsplit("-", 1)[1])
 
 
 def test_storage_size_has_margin_minimum_and_fallback():
@@ -54,10 +60,11 @@ def test_storage_size_has_margin_minimum_and_fallback():
 
 
 def test_dv_body_labels_annotation_and_source():
-    body = dv_body("fleetfish-lab.vm0", "Cd", "http://iso/a.iso", "64Mi", Settings())
+    body = dv_body("fleetfish-lab.vm0", "Cd", "http://iso/a.iso", 7, "64Mi", Settings())
     meta = body["metadata"]
     assert meta["namespace"] == "fleetfish-lab"
     assert meta["labels"][LABEL_SYSTEM] == "vm0" and meta["labels"][LABEL_DEVICE] == "Cd"
+    assert meta["labels"][LABEL_GEN] == "7" and dv_generation(body) == 7
     assert meta["annotations"][ANN_BIND_IMMEDIATE] == "true"
     assert body["spec"]["source"] == {"http": {"url": "http://iso/a.iso"}}
     assert body["spec"]["storage"]["resources"]["requests"]["storage"] == "64Mi"
@@ -151,9 +158,11 @@ def test_api_exceptions_map_to_domain_errors():
 
 
 def test_dv_body_references_the_credentials_secret_only_when_given():
-    body = dv_body("ns.vm0", "Cd", "http://iso/a.iso", "64Mi", Settings(), secret_name="s-auth")
+    body = dv_body("ns.vm0", "Cd", "http://iso/a.iso", 1, "64Mi", Settings(), secret_name="s-auth")
     assert body["spec"]["source"]["http"] == {"url": "http://iso/a.iso", "secretRef": "s-auth"}
-    plain = dv_body("ns.vm0", "Cd", "http://iso/a.iso", "64Mi", Settings(dv_storage_class="fast"))
+    plain = dv_body(
+        "ns.vm0", "Cd", "http://iso/a.iso", 1, "64Mi", Settings(dv_storage_class="fast")
+    )
     assert "secretRef" not in plain["spec"]["source"]["http"]
     assert plain["spec"]["storage"]["storageClassName"] == "fast"
 
