@@ -43,7 +43,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import redis
@@ -329,17 +329,26 @@ redis.call('HSET', KEYS[2], 'inflight', action, 'inflight_task', dtask, 'infligh
 return {'released', action, dtask}
 """
 
-# KEYS: media, power. ARGV: gen, reason, now.
+# KEYS: media, power. ARGV: gen, reason, now, media task id.
 # Returns {verdict, cancelled deferred task or ''}; the deferred power-on is dropped on purpose.
-_FAIL = """
+# The media, its task and the dropped power-on's task change together: no reader ever sees the
+# media failed while the Reset still waits for it.
+_FAIL = _with_task_lua("""
 local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
 if gen ~= ARGV[1] then return {'stale', ''} end
 redis.call('HSET', KEYS[1], 'inserted', '0', 'state', 'Enabled', 'health', 'Critical',
   'message', ARGV[2], 'attached', '0', 'updated', ARGV[3])
 local dtask = redis.call('HGET', KEYS[2], 'deferred_task') or ''
 redis.call('HDEL', KEYS[2], 'deferred', 'deferred_task', 'deferred_at')
+if ARGV[4] ~= '' then
+  end_task(ARGV[4], 'Exception', 'Critical', ARGV[2], '', ARGV[3])
+end
+if dtask ~= '' then
+  end_task(dtask, 'Exception', 'Critical', 'not powered on: virtual media failed: ' .. ARGV[2],
+    '', ARGV[3])
+end
 return {'failed', dtask}
-"""
+""")
 
 # KEYS: task, power. ARGV: task id, reason, now. A power-on that never got its VM running ends
 # in Exception and, while it is still the system's latest request, leaves the reason on the
@@ -559,10 +568,14 @@ class Store:
             args += [name, _s(value)]
         return bool(self._update_if_gen(keys=[key_media(system_id, device)], args=args))
 
-    def fail_media(self, system_id: str, device: str, gen: int, reason: str) -> dict[str, str]:
+    def fail_media(
+        self, system_id: str, device: str, gen: int, reason: str, task_id: str = ""
+    ) -> dict[str, str]:
+        """Media ``gen`` failed: shown on the media, its task ``task_id`` and the power-on it
+        held back end in Exception, in one step. ``stale`` when a newer request replaced it."""
         verdict, dtask = self._fail(
             keys=[key_media(system_id, device), key_power(system_id)],
-            args=[str(gen), reason, str(time.time())],
+            args=[str(gen), reason, str(time.time()), task_id],
         )
         return {"verdict": _s(verdict), "cancelled_task": _s(dtask)}
 
@@ -675,6 +688,33 @@ class Store:
             pipe.hset(key_boot(system_id), mapping={k: _s(v) for k, v in fields.items()})
         pipe.hincrby(key_boot(system_id), "gen", 1)
         return int(pipe.execute()[-1])
+
+    def set_boot_if(
+        self,
+        system_id: str,
+        unchanged: Callable[[dict | None, dict[str, str], dict[str, str]], bool],
+        **fields: str,
+    ) -> int | None:
+        """``set_boot`` only while ``unchanged(mirror doc, power, boot)`` holds for what is
+        stored, checked and written in one step (WATCH): the If-Match of a PATCH. Returns the
+        new generation, or None when the check failed (the client's ETag is out of date)."""
+        keys = (key_system(system_id), key_power(system_id), key_boot(system_id))
+        for _ in range(10):  # each retry means another writer won meanwhile: it rarely repeats
+            with self.r.pipeline() as pipe:
+                try:
+                    pipe.watch(*keys)
+                    raw = pipe.get(keys[0])
+                    power, boot = _decode(pipe.hgetall(keys[1])), _decode(pipe.hgetall(keys[2]))
+                    if not unchanged(json.loads(raw) if raw else None, power, boot):
+                        return None
+                    pipe.multi()
+                    if fields:
+                        pipe.hset(keys[2], mapping={k: _s(v) for k, v in fields.items()})
+                    pipe.hincrby(keys[2], "gen", 1)
+                    return int(pipe.execute()[-1])
+                except redis.WatchError:
+                    continue
+        raise redis.exceptions.ConnectionError("boot override kept changing: try again")
 
     def end_boot_once(self, system_id: str, gen: int | str) -> bool:
         """Set a Once override back to Disabled/None if it is still generation ``gen``;

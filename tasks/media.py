@@ -295,19 +295,11 @@ def media_failed(self, system_id, device, gen, task_id):
     store = runtime.store()
     media = store.get_media(system_id, device)
     reason = media.get("message") or "virtual media could not be inserted"
-    verdict = store.fail_media(system_id, device, gen, reason)
+    verdict = store.fail_media(system_id, device, gen, reason, task_id)
     if verdict["verdict"] == "stale":
         store.update_task(task_id, state="Cancelled", message="Superseded by a newer media request")
         return {"stale": True}
     log.error("virtual media failed: %s", reason)
-    store.update_task(task_id, state="Exception", status="Critical", message=reason)
-    if verdict["cancelled_task"]:
-        store.update_task(
-            verdict["cancelled_task"],
-            state="Exception",
-            status="Critical",
-            message=f"not powered on: virtual media failed: {reason}",
-        )
     for attempt in range(3):
         try:
             _clear_device(system_id, device, gen)

@@ -169,6 +169,13 @@ def patch_system(system_id: str):
     raise_if(errors)
     if not if_match_ok(current["@odata.etag"]):
         raise RedfishError(412, "PreconditionFailed")
+
+    def unchanged(doc: dict | None, power: dict, boot: dict) -> bool:
+        # The If-Match again, on what is stored at the instant of the write.
+        return doc is not None and if_match_ok(
+            finalize(render_system(doc, power, boot))["@odata.etag"]
+        )
+
     fields = {
         name: changes[key]
         for key, name in (
@@ -179,7 +186,9 @@ def patch_system(system_id: str):
         if key in changes
     }
     if fields:
-        boot_gen = store().set_boot(system_id, **fields)
+        boot_gen = store().set_boot_if(system_id, unchanged, **fields)
+        if boot_gen is None:
+            raise RedfishError(412, "PreconditionFailed")
         log.info("boot override %s gen=%s system=%s", fields, boot_gen, system_id)
         dispatch.send(canvas.boot_apply(celery(), system_id, boot_gen), system_id)
     return resource(_current(system_id), allow=SYSTEM_ALLOW)

@@ -190,10 +190,8 @@ def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:
     """The media work could not be queued: show the failure rather than a slot stuck in Starting."""
     st = store()
     try:
-        st.fail_media(
-            system_id, device, gen, "the media work could not be queued (broker unavailable)"
-        )
-        st.update_task(task_id, state="Exception", status="Critical", message="broker unavailable")
+        reason = "the media work could not be queued (broker unavailable)"
+        st.fail_media(system_id, device, gen, reason, task_id)
     except Exception:  # Redis is likely down too; the 503 already tells the client to retry.
         log.warning("could not record the failed InsertMedia system=%s", system_id)
 

@@ -56,9 +56,14 @@ def test_sequential_mode_never_defers(store):
 def test_failed_media_drops_deferred_power_on(store):
     ins = store.begin_insert("ns.vm", "Cd", "http://iso/missing.iso")
     on = store.request_power("ns.vm", "On")
-    assert store.fail_media("ns.vm", "Cd", ins["gen"], "404")["cancelled_task"] == on["task"]
+    failed = store.fail_media("ns.vm", "Cd", ins["gen"], "404", ins["task"])
+    assert failed["cancelled_task"] == on["task"]
     media = store.get_media("ns.vm")
     assert media["inserted"] == "0" and media["health"] == "Critical"
+    # The insert's task and the power-on it held back ended in the same step.
+    assert store.get_task(ins["task"])["state"] == "Exception"
+    dropped = store.get_task(on["task"])
+    assert dropped["state"] == "Exception" and "virtual media failed: 404" in dropped["message"]
     assert store.release_deferred("ns.vm", "Cd", ins["gen"], "b")["verdict"] == "none"
 
 
@@ -178,3 +183,26 @@ def test_a_failed_power_on_superseded_by_a_later_request_leaves_the_system_alone
     assert store.fail_power_on("ns.vm", on["task"], "did not run")
     assert store.get_task(on["task"])["state"] == "Exception"
     assert "error" not in store.get_power("ns.vm")
+
+
+def test_a_boot_write_under_if_match_loses_to_a_writer_between_its_check_and_write(store):
+    """Two PATCHes with the same ETag: the one whose check raced the other's write gets 412."""
+    store.set_boot("ns.vm", enabled="Disabled", target="None")
+    seen: list[dict] = []
+
+    def unchanged(_doc, _power, boot):
+        seen.append(boot)
+        if len(seen) == 1:
+            # Another API process writes between this check and the write.
+            store.set_boot("ns.vm", enabled="Once", target="Pxe")
+        return boot.get("target") == "None"
+
+    assert store.set_boot_if("ns.vm", unchanged, enabled="Once", target="Cd") is None
+    assert len(seen) == 2  # checked again on what was stored at the write
+    assert (store.get_boot("ns.vm")["enabled"], store.get_boot("ns.vm")["target"]) == (
+        "Once",
+        "Pxe",
+    )
+    gen = store.set_boot_if("ns.vm", lambda *_: True, enabled="Once", target="Cd")
+    assert gen == int(store.get_boot("ns.vm")["gen"])
+    assert store.get_boot("ns.vm")["target"] == "Cd"
