@@ -13,7 +13,6 @@ import time
 from celery import shared_task
 
 from fleetfish.mirror import split_system_id
-from tasks.followups import schedule_revert
 from tasks.power import end_power_task, watch_start
 from workers import runtime
 from workers.kubevirt import KubeError, NotFound, Transient
@@ -251,7 +250,6 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
             system_id,
             action,
             power_task,
-            schedule_revert,
             lambda before: watch_start(system_id, power_task, before),
         )
         end_power_task(store, power_task, message)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import logging
 import time
 
-from celery import shared_task
+from celery import current_app, shared_task
 
 from fleetfish.mirror import split_system_id
 from fleetfish.store import ENDED_TASK_STATES, Store, key_task
-from tasks.followups import schedule_revert, schedule_start_check
 from workers import runtime
 from workers.kubevirt import Conflict, KubeError, Transient
 from workers.power import PowerError, run_power, start_blocker, vmi_running
@@ -18,16 +17,20 @@ from workers.taskutil import reset_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
 
-# Looks at a start space out to this (a start is seconds; the bound is minutes).
+# The first look at a start (a VMI runs in seconds), then looks space out to this.
+START_CHECK_FIRST = 1.0
 START_CHECK_MAX = 5.0
 
 
 def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
-    """Mark the Reset task as followed by ``power.verify`` and send that task."""
+    """Mark the Reset task as followed by ``power.verify`` and send that task: before the
+    start itself, so a worker dying right after the start still has it followed."""
     store = runtime.store()
     if task_id and store.r.exists(key_task(task_id)):
         store.r.hset(key_task(task_id), "verifying", "1")
-    schedule_start_check(system_id, task_id, vmi_uid_before)
+    current_app.send_task(
+        "power.verify", args=(system_id, task_id, vmi_uid_before), countdown=START_CHECK_FIRST
+    )
 
 
 def end_power_task(store: Store, task_id: str, message: str) -> None:
@@ -58,7 +61,6 @@ def power_reset(self, system_id, action, task_id, transient=0):
                 system_id,
                 action,
                 task_id,
-                schedule_revert,
                 lambda before: watch_start(system_id, task_id, before),
             )
             end_power_task(store, task_id, message)
@@ -92,6 +94,20 @@ def _fail_start(system_id: str, task_id: str, reason: str, blocked_volume: str) 
         store.update_media(system_id, "Cd", media["gen"], health="Critical", message=reason)
 
 
+def _started(store: Store, system_id: str, task: dict) -> dict:
+    """A new VMI runs: the power-on is done, and so is the Once boot override it started with.
+
+    The VM's boot order is left as the start wrote it while this VMI runs (changing the root
+    disk's order now would only mark the VM RestartRequired): the next power-on writes the
+    order then requested.
+    """
+    boot_gen = task.get("boot_gen", "")
+    if boot_gen and store.end_boot_once(system_id, boot_gen):
+        log.info("one-time boot override gen %s consumed", boot_gen)
+    store.update_task(task["id"], state="Completed", status="OK", message="Powered on")
+    return {"running": True}
+
+
 @shared_task(bind=True, name="power.verify", max_retries=None, acks_late=True)
 @single_delivery
 def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient=0):
@@ -102,23 +118,21 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
     task = store.get_task(task_id) or {}
     if task.get("state") in ENDED_TASK_STATES or not task:
         return {"ended": task.get("state", "expired")}
+    doc = store.get_system(system_id) or {}
+    mirrored = doc.get("vmi") or {}
+    uid = mirrored.get("uid") or ""
+    if mirrored.get("phase") == "Running" and uid and uid != vmi_uid_before:
+        return _started(store, system_id, task)
     latest = store.get_power(system_id).get("last_request", "")
     if latest and latest != task_id:
         # The client moved on (a power-off, the next insert): that request owns the VM now.
         store.update_task(task_id, state="Completed", status="OK", message="Superseded")
         return {"superseded_by": latest}
-    doc = store.get_system(system_id) or {}
-    mirrored = doc.get("vmi") or {}
-    uid = mirrored.get("uid") or ""
-    if mirrored.get("phase") == "Running" and uid and uid != vmi_uid_before:
-        store.update_task(task_id, state="Completed", status="OK", message="Powered on")
-        return {"running": uid}
     ns, name = split_system_id(system_id)
     try:
         vmi = runtime.kube().get_vmi(ns, name)
         if vmi_running(vmi, vmi_uid_before):
-            store.update_task(task_id, state="Completed", status="OK", message="Powered on")
-            return {"running": True}
+            return _started(store, system_id, task)
         volume, blocker = start_blocker(vmi)
         waited = time.time() - since
         if blocker or waited > conf.power_on_timeout:

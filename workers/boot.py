@@ -1,10 +1,11 @@
 """Boot override logic: Redfish BootSourceOverride* mapped onto KubeVirt ``bootOrder``/firmware.
 
 KubeVirt has no one-time boot device: the override rewrites the whole set of ``bootOrder``
-values in one VM update (duplicates are rejected by the webhook), remembers the VM's own order in
-an annotation the first time, and restores it for Disabled or after a Once boot started. The VM
-also carries the generation of the override it holds, so ending a Once override never undoes a
-newer one written meanwhile.
+values in one VM update (duplicates are rejected by the webhook) and remembers the VM's own order
+in an annotation the first time. It is written just before each power-on or restart (and on a
+VM that is off): a Once override is ended in Redis when the new VMI runs, and the next start
+writes the VM's own order back. The order of a running VM is never changed, so fleetfish never
+leaves a VM marked RestartRequired.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import json
 from collections.abc import Callable
 
 ANN_ORIGINAL = "fleetfish.io/original-boot-order"
-ANN_BOOT_GEN = "fleetfish.io/boot-override-gen"
 TARGETS = ("None", "Pxe", "Hdd", "Cd")
 
 
@@ -140,22 +140,5 @@ def boot_mutator(override: dict[str, str], cdrom_disk: str) -> Callable[[dict], 
     def mutate(vm: dict) -> None:
         write_order(vm, plan_boot_order(vm, effective_target(override), cdrom_disk))
         set_boot_mode(vm, override.get("mode", ""))
-        if override.get("gen"):
-            annotations = vm.setdefault("metadata", {}).setdefault("annotations", {})
-            annotations[ANN_BOOT_GEN] = str(override["gen"])
-
-    return mutate
-
-
-def restore_mutator(cdrom_disk: str, boot_gen: int | str | None = None) -> Callable[[dict], bool]:
-    """A mutator putting the VM's original boot order back (end of the Once override
-    ``boot_gen``); it writes nothing once the VM holds another generation's override."""
-
-    def mutate(vm: dict) -> bool:
-        held = ((vm.get("metadata") or {}).get("annotations") or {}).get(ANN_BOOT_GEN)
-        if boot_gen is not None and held is not None and held != str(boot_gen):
-            return False
-        write_order(vm, plan_boot_order(vm, "None", cdrom_disk))
-        return True
 
     return mutate

@@ -121,17 +121,15 @@ def run_power(
     system_id: str,
     action: str,
     task_id: str,
-    schedule_revert: Callable[[str, str, str], None] | None = None,
     watch_start: Callable[[str], None] | None = None,
 ) -> str:
     """Perform one Reset action; returns the message for the Redfish task.
 
     Raises PowerError (unsupported, no such VM), or a KubeError (Transient: retry).
-    ``schedule_revert(system_id, vmi_uid_before, boot_gen)`` is called after a power-on under
-    a Once boot override, so the original order comes back once the new VMI exists; it ends
-    that generation of the override only, never a newer one requested meanwhile.
     ``watch_start(vmi_uid_before)`` is called just before the VM is started or restarted, so
-    that something follows the start until a new VMI runs even if this worker dies next.
+    that something follows the start until a new VMI runs even if this worker dies next; that
+    follow-up also ends the Once boot override the start used (its generation is recorded in
+    the task as ``boot_gen``), never a newer one requested meanwhile.
     """
     if action not in ACTIONS:
         raise PowerError(f"ResetType {action} is not supported")
@@ -146,35 +144,21 @@ def run_power(
     if task_id and store.r.hget(key_task(task_id), "acted") == "1":
         return f"{action} already done"
 
-    def schedule(boot_gen: str) -> None:
-        if schedule_revert:
-            schedule_revert(system_id, before if before != "-" else "", boot_gen)
-
     def applied(override: dict) -> dict:
         # The generation the first delivery started the VM with is the one its power-on
         # consumes, whatever a redelivery finds stored by then.
         _remember(store, task_id, "boot_gen", str(override.get("gen", "")))
         return override
 
-    def revert_once_later() -> None:
-        # A delivery killed after starting the VM but before scheduling the revert would leave
-        # the one-time override in place for ever; scheduling it twice is harmless.
-        boot = store.get_boot(system_id)
-        if boot.get("enabled") == "Once":
-            recorded = store.r.hget(key_task(task_id), "boot_gen") if task_id else None
-            schedule(recorded or boot.get("gen", ""))
-
+    # An earlier delivery that started the VM and died before saying so had already sent the
+    # start's follow-up (before starting): it ends the Once override, nothing to redo here.
     if before != now and action in ("ForceRestart", "GracefulRestart", "PowerCycle"):
-        # An earlier delivery restarted the VM and died before saying so.
-        revert_once_later()
         _mark_done(store, task_id)
         return f"{action} done (VMI replaced)"
     if before != now and now != "-" and action in OFF_ACTIONS:
         # An earlier delivery found another VMI (or none) and acted, then died before saying
         # so; the VMI running now was started later, by someone else (the next Ironic cycle):
         # stopping it would undo their power-on.
-        if action == "PushPowerButton" and before == "-":
-            revert_once_later()  # the earlier delivery's press was a power-on
         _mark_done(store, task_id)
         log.info("%s %s: a later VMI runs (%s, was %s): left alone", system_id, action, now, before)
         return f"{action} already done (a VMI started since runs)"
@@ -185,19 +169,17 @@ def run_power(
             watch_start(before if before != "-" else "")
 
     def power_on() -> str:
-        override = applied(apply_boot_override(kv, store, settings, system_id))
+        applied(apply_boot_override(kv, store, settings, system_id))
         follow_start()
         started = _tolerate(
             lambda: kv.start_vm(ns, name), "already running", "does not support manual start"
         )
-        if override.get("enabled") == "Once":
-            schedule(str(override.get("gen", "")))
         return "Powered on" if started else "Already on"
 
     def restart(force: bool) -> str:
         if not vmi_active(vmi):
             return power_on()
-        override = applied(apply_boot_override(kv, store, settings, system_id))
+        applied(apply_boot_override(kv, store, settings, system_id))
         follow_start()
         try:
             kv.restart_vm(ns, name, force=force)
@@ -205,18 +187,10 @@ def run_power(
             if "not running" not in exc.message.lower():
                 raise
             kv.start_vm(ns, name)
-        if override.get("enabled") == "Once":
-            schedule(str(override.get("gen", "")))
         return "Restarted"
 
     if action in ("On", "ForceOn"):
-        if not vmi_active(vmi):
-            message = power_on()
-        else:
-            message = "Already on"
-            if before == "-":
-                # The first delivery found the system off: it started it, then died.
-                revert_once_later()
+        message = power_on() if not vmi_active(vmi) else "Already on"
     elif action == "ForceOff":
         done = _tolerate(lambda: kv.stop_vm(ns, name, grace_period=0), "not running", "halted")
         message = "Powered off" if done else "Already off"

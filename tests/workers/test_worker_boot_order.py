@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workers.boot import ANN_ORIGINAL, boot_mutator, plan_boot_order, restore_mutator, write_order
+from workers.boot import ANN_ORIGINAL, boot_mutator, plan_boot_order, write_order
 
 
 def lab_vm() -> dict:
@@ -63,8 +63,8 @@ def test_hdd_after_cd_keeps_orders_unique_and_original_annotation():
 def test_disabled_restores_the_configured_order_exactly():
     vm = lab_vm()
     pristine = copy.deepcopy(vm)
-    boot_mutator({"enabled": "Once", "target": "Cd", "mode": "UEFI"}, "cdrom")(vm)
-    restore_mutator("cdrom")(vm)
+    boot_mutator({"enabled": "Once", "target": "Cd", "mode": "UEFI", "gen": "3"}, "cdrom")(vm)
+    boot_mutator({"enabled": "Disabled", "target": "None", "mode": "UEFI", "gen": "4"}, "cdrom")(vm)
     assert vm == pristine
 
 
@@ -96,13 +96,3 @@ def test_write_order_drops_orders_not_in_the_plan():
     vm = lab_vm()
     write_order(vm, {"disks": {"cdrom": 1}, "interfaces": {}})
     assert orders(vm) == {"rootdisk": None, "cdrom": 1, "default": None}
-
-
-def test_restore_for_an_older_override_leaves_a_newer_one_in_place():
-    vm = lab_vm()
-    boot_mutator({"enabled": "Once", "target": "Cd", "gen": "3"}, "cdrom")(vm)
-    newer = copy.deepcopy(vm)
-    assert restore_mutator("cdrom", "2")(vm) is False
-    assert vm == newer
-    assert restore_mutator("cdrom", "3")(vm) is True
-    assert orders(vm) == {"rootdisk": 1, "cdrom": None, "default": None}
