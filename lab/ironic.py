@@ -73,16 +73,38 @@ class IronicLike:
             time.sleep(0.5)
         raise TimeoutError(f"{system.identity} did not power off")
 
+    def eject(self, system) -> None:
+        """Ironic's eject before a new insert, and after a boot from virtual media."""
+        media = self._cd_media(system)
+        if media.inserted:
+            media.eject_media()
+
+    def _power_on(self, system, run: NodeRun, power_timeout: float) -> None:
+        run.reset_requested = time.time()
+        system.reset_system(sushy.ResetType.ON)
+        run.reset_answered = time.time()
+        start = time.monotonic()
+        for offset in POWER_POLL_OFFSETS:
+            if offset > power_timeout:
+                break
+            time.sleep(max(0.0, start + offset - time.monotonic()))
+            system.refresh()
+            run.power_state = system.power_state.value
+            if system.power_state in (sushy.PowerState.ON, sushy.PowerState.POWERING_ON):
+                run.power_on_seen = time.time()
+                return
+        run.error = f"power state still {run.power_state} after {power_timeout}s"
+
     def provision(self, system_id: str, image: str, power_timeout: float = 120.0) -> NodeRun:
+        """One boot from virtual media, as Ironic does for inspection, cleaning, deployment and
+        rebuild: power off, eject, insert (no pause in between), UEFI, Cd once, On."""
         run = NodeRun(system_id=system_id, image=image)
         try:
             system = self.system(system_id)
             self.power_off(system)
-            media = self._cd_media(system)
-            if media.inserted:
-                media.eject_media()
+            self.eject(system)
             run.insert_requested = time.time()
-            media.insert_media(image)
+            self._cd_media(system).insert_media(image)
             run.insert_answered = time.time()
             system.refresh()
             if system.boot.mode != sushy.BootSourceOverrideMode.UEFI:
@@ -90,21 +112,23 @@ class IronicLike:
             system.set_system_boot_options(
                 target=sushy.BootSource.CD, enabled=sushy.BootSourceOverrideEnabled.ONCE
             )
-            run.reset_requested = time.time()
-            system.reset_system(sushy.ResetType.ON)
-            run.reset_answered = time.time()
-            start = time.monotonic()
-            for offset in POWER_POLL_OFFSETS:
-                if offset > power_timeout:
-                    break
-                time.sleep(max(0.0, start + offset - time.monotonic()))
-                system.refresh()
-                run.power_state = system.power_state.value
-                if system.power_state in (sushy.PowerState.ON, sushy.PowerState.POWERING_ON):
-                    run.power_on_seen = time.time()
-                    break
-            else:
-                run.error = f"power state still {run.power_state} after {power_timeout}s"
+            self._power_on(system, run, power_timeout)
+        except Exception as exc:  # noqa: BLE001 - a failed node is a result, not a crash
+            log.warning("%s: %s", system_id, exc)
+            run.error = f"{type(exc).__name__}: {exc}"
+        return run
+
+    def boot_from_disk(self, system_id: str, power_timeout: float = 120.0) -> NodeRun:
+        """The end of a deployment: eject, Hdd Continuous, power cycle into the installed disk."""
+        run = NodeRun(system_id=system_id, image="")
+        try:
+            system = self.system(system_id)
+            self.eject(system)
+            system.set_system_boot_options(
+                target=sushy.BootSource.HDD, enabled=sushy.BootSourceOverrideEnabled.CONTINUOUS
+            )
+            self.power_off(system)
+            self._power_on(system, run, power_timeout)
         except Exception as exc:  # noqa: BLE001 - a failed node is a result, not a crash
             log.warning("%s: %s", system_id, exc)
             run.error = f"{type(exc).__name__}: {exc}"
@@ -117,4 +141,11 @@ class IronicLike:
                 pool.submit(self.provision, sid, image, power_timeout)
                 for sid, image in images.items()
             ]
+            return [f.result() for f in futures]
+
+    def boot_all_from_disk(
+        self, system_ids: list[str], power_timeout: float = 120.0
+    ) -> list[NodeRun]:
+        with ThreadPoolExecutor(max_workers=max(1, min(len(system_ids), 64))) as pool:
+            futures = [pool.submit(self.boot_from_disk, sid, power_timeout) for sid in system_ids]
             return [f.result() for f in futures]

@@ -19,6 +19,7 @@ __all__ = [
     "clear_faults",
     "datavolumes",
     "kube_requests",
+    "persistentvolumeclaims",
     "system_id",
     "wait_for",
 ]
@@ -76,6 +77,19 @@ class Redfish:
         )
         assert reply.status_code in (200, 204), reply.text
 
+    def boot_hdd_continuous(self, vm: str) -> None:
+        reply = self.session.patch(
+            f"{self.base}/redfish/v1/Systems/{system_id(vm)}",
+            json={
+                "Boot": {
+                    "BootSourceOverrideTarget": "Hdd",
+                    "BootSourceOverrideEnabled": "Continuous",
+                }
+            },
+            timeout=self.timeout,
+        )
+        assert reply.status_code in (200, 204), reply.text
+
     def task(self, reply: requests.Response) -> dict:
         location = reply.headers["Location"]
         task_id = location.rstrip("/").rsplit("/", 1)[-1]
@@ -86,6 +100,13 @@ def datavolumes(stack: LabStack) -> list[dict]:
     reply = requests.get(
         f"{stack.kube_url}/apis/cdi.kubevirt.io/v1beta1/namespaces/{LAB_NAMESPACE}/datavolumes",
         timeout=5,
+    )
+    return reply.json()["items"]
+
+
+def persistentvolumeclaims(stack: LabStack) -> list[dict]:
+    reply = requests.get(
+        f"{stack.kube_url}/api/v1/namespaces/{LAB_NAMESPACE}/persistentvolumeclaims", timeout=5
     )
     return reply.json()["items"]
 

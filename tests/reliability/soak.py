@@ -1,10 +1,14 @@
-"""Soak: Ironic-style cycles on every VM for a while, with random worker SIGKILLs, then a report.
+"""Soak: Ironic's lifecycle on every VM for a while, with random worker SIGKILLs, then a report.
 
-``python -m tests.reliability.soak --minutes 30 --vms 20`` starts a lab, runs on each VM
-(concurrently) insert, boot Cd once, Reset On, wait for the boot, eject, power off, again and
-again, SIGKILLs a random worker now and then (bounded) and starts it again, and samples the RSS
-of every fleetfish process. It reports cycles, boots, lost and duplicated operations and memory
-over time; the exit status is 0 only when nothing was lost or duplicated.
+``python -m tests.reliability.soak --minutes 30 --vms 20`` starts a lab and plays on each VM
+(concurrently) what Ironic does between inspection, cleaning, deployment and rebuild: ForceOff,
+EjectMedia, a random pause (zero half of the time), new bytes behind the node's one URL
+(``boot-<vm>.iso``), InsertMedia of that same URL, boot Cd once, Reset On, wait for the boot;
+now and then a deployment's end instead (eject, Hdd continuous, power cycle into the disk).
+It SIGKILLs a random worker now and then (bounded) and starts it again, and samples the RSS of
+every fleetfish process. It reports cycles, boots, lost (no boot), stuck (PoweringOn past the
+power-on bound), stale (booted older bytes than the URL served at insert), duplicated boots and
+orphan DataVolumes/PVCs at the end; the exit status is 0 only when all of those are 0.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from pathlib import Path
 import psutil
 import requests
 
-from lab.stack import LabConfig, LabStack
+from fleetfish.store import Store
+from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 from tests.e2e.conftest import lab_vm_names
-from tests.helpers import Redfish, boots, datavolumes
+from tests.helpers import Redfish, boots, datavolumes, persistentvolumeclaims
 
 FINAL = ("Completed", "Exception", "Cancelled")
 
@@ -33,10 +38,13 @@ FINAL = ("Completed", "Exception", "Cancelled")
 @dataclass
 class Cycle:
     vm: str
-    image: str
+    image: str  # "" for a boot from the disk
     start: float
+    sha256: str = ""  # what the URL served when it was inserted
+    pause: float = 0.0  # between the eject and the insert
     end: float = 0.0
     booted: bool = False
+    stuck: bool = False
     error: str = ""
 
 
@@ -48,10 +56,17 @@ class SoakReport:
     cycles_ok: int = 0
     boots: int = 0
     lost: int = 0  # cycles whose boot, task or state change never came
-    duplicated: int = 0  # extra boots inside a cycle, wrong image, or extra DataVolumes
+    duplicated: int = 0  # extra boots inside a cycle, or a boot from the wrong device or URL
+    stuck: int = 0  # PoweringOn for longer than the power-on bound
+    stale: int = 0  # booted bytes older than what the URL served at insert
+    orphans: int = 0  # DataVolumes/PVCs left at the end that no current media uses
     kills: int = 0
     errors: list[str] = field(default_factory=list)
     rss_mib: list[dict] = field(default_factory=list)  # {"t": s, process name: MiB}
+
+    def clean(self) -> bool:
+        """Nothing lost, stuck, stale, duplicated or left behind."""
+        return not (self.lost or self.stuck or self.stale or self.duplicated or self.orphans)
 
     def rss_growth(self) -> dict[str, float]:
         """MiB between the first sample after warm-up (the second one) and the last."""
@@ -75,7 +90,14 @@ def _wait(predicate, timeout: float, interval: float = 0.5):
 
 
 class Soak:
-    def __init__(self, stack: LabStack, minutes: float, max_kills: int, kill_every: float):
+    def __init__(
+        self,
+        stack: LabStack,
+        minutes: float,
+        max_kills: int,
+        kill_every: float,
+        power_on_timeout: float = 60,
+    ):
         self.stack = stack
         self.deadline = time.monotonic() + minutes * 60
         self.max_kills = max_kills
@@ -86,56 +108,96 @@ class Soak:
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.boot_timeout = stack.config.visibility_timeout * 6 + 60
+        self.stuck_after = power_on_timeout + 15
 
     # -- one VM's loop -----------------------------------------------------------------------
 
     def node_loop(self, vm: str) -> None:
         rf = Redfish(self.stack, timeout=10)
+        rng = random.Random(vm)
+        url = f"{self.stack.iso_url}/images/boot-{vm}.iso"
         for n in range(100000):
             if time.monotonic() > self.deadline or self.stop.is_set():
                 return
-            cycle = Cycle(vm, f"{self.stack.iso_url}/images/soak-{vm}-{n % 3}.iso", time.time())
+            # Three boots from media (inspection, cleaning, deployment), then the disk.
+            from_disk = n % 4 == 3
+            cycle = Cycle(vm, "" if from_disk else url, time.time())
             try:
-                self.one_cycle(rf, cycle)
+                if from_disk:
+                    self.disk_cycle(rf, cycle)
+                else:
+                    cycle.pause = 0.0 if rng.random() < 0.5 else rng.uniform(0.0, 3.0)
+                    self.media_cycle(rf, cycle)
             except (requests.RequestException, AssertionError, KeyError, ValueError) as exc:
                 cycle.error = f"{type(exc).__name__}: {exc}"
             cycle.end = time.time()
             with self.lock:
                 self.cycles.append(cycle)
 
-    def one_cycle(self, rf: Redfish, c: Cycle) -> None:
+    def regenerate(self, vm: str) -> str:
+        reply = requests.post(
+            f"{self.stack.iso_url}/lab/regenerate/images/boot-{vm}.iso", timeout=10
+        )
+        reply.raise_for_status()
+        return reply.json()["sha256"]
+
+    def power_off_and_eject(self, rf: Redfish, vm: str) -> None:
+        """Back to back, as Ironic sends them: nothing waits for the eject to finish."""
+        assert rf.reset(vm, "ForceOff").status_code in (202, 204)
+        assert rf.eject(vm).status_code in (202, 204)
+        assert _wait(lambda: rf.system(vm)["PowerState"] == "Off", 60), "never off"
+
+    def wait_boot(self, rf: Redfish, c: Cycle) -> dict | None:
+        """The cycle's first boot; marks the cycle stuck if it shows PoweringOn past the bound
+        (plus a margin for the check's own polling)."""
+        powering_on_since = None
+        deadline = time.monotonic() + self.boot_timeout
+        while time.monotonic() < deadline:
+            try:
+                record = next((b for b in boots(self.stack, c.start) if b["vm"] == c.vm), None)
+                if record:
+                    return record
+                state = rf.system(c.vm)["PowerState"]
+            except requests.RequestException:
+                state = ""
+            if state == "PoweringOn":
+                powering_on_since = powering_on_since or time.monotonic()
+                if time.monotonic() - powering_on_since > self.stuck_after:
+                    c.stuck = True
+            else:
+                powering_on_since = None
+            time.sleep(0.5)
+        return None
+
+    def media_cycle(self, rf: Redfish, c: Cycle) -> None:
+        self.power_off_and_eject(rf, c.vm)
+        if c.pause:
+            time.sleep(c.pause)  # the random pause between eject and insert is the point
+        c.sha256 = self.regenerate(c.vm)
         insert = rf.insert(c.vm, c.image)
         assert insert.status_code in (202, 204), f"insert {insert.status_code}"
         rf.boot_cd_once(c.vm)
         reset = rf.reset(c.vm, "On")
         assert reset.status_code in (202, 204), f"reset {reset.status_code}"
-        record = _wait(
-            lambda: next((b for b in boots(self.stack, c.start) if b["vm"] == c.vm), None),
-            self.boot_timeout,
-        )
-        if record is None:
+        self.finish(rf, c, (insert, reset))
+
+    def disk_cycle(self, rf: Redfish, c: Cycle) -> None:
+        assert rf.eject(c.vm).status_code in (202, 204)
+        rf.boot_hdd_continuous(c.vm)
+        self.power_off_and_eject(rf, c.vm)
+        reset = rf.reset(c.vm, "On")
+        assert reset.status_code in (202, 204), f"reset {reset.status_code}"
+        self.finish(rf, c, (reset,))
+
+    def finish(self, rf: Redfish, c: Cycle, replies) -> None:
+        if self.wait_boot(rf, c) is None:
             c.error = "no boot"
             return
         c.booted = True
-        for reply in (insert, reset):
+        for reply in replies:
             if reply.status_code == 202:
                 state = _wait(lambda r=reply: rf.task(r)["TaskState"] in FINAL, 60)
                 assert state, f"task {reply.headers['Location']} never ended"
-        assert rf.eject(c.vm).status_code in (202, 204)
-        assert _wait(lambda: not rf.media(c.vm)["Inserted"], 60), "eject never showed"
-        assert rf.reset(c.vm, "ForceOff").status_code in (202, 204)
-        assert _wait(lambda: rf.system(c.vm)["PowerState"] == "Off", 60), "never off"
-        # Ejected: its DataVolumes are being deleted; none may survive for long.
-        assert _wait(
-            lambda: (
-                not [
-                    d
-                    for d in datavolumes(self.stack)
-                    if d["metadata"]["name"].startswith(f"ff-{c.vm}-")
-                ]
-            ),
-            60,
-        ), "DataVolume left after eject"
 
     # -- faults and sampling ------------------------------------------------------------------
 
@@ -197,16 +259,21 @@ class Soak:
         rep.cycles = len(self.cycles)
         for c in self.cycles:
             mine = [b for b in records if b["vm"] == c.vm and c.start <= b["time"] <= c.end]
+            what = f"{c.vm} {c.image or 'disk'} {c.start:.2f}-{c.end:.2f} pause {c.pause:.1f}"
+            rep.stuck += c.stuck
             if not c.booted or c.error:
                 rep.lost += 1
-                rep.errors.append(
-                    f"{c.vm} {c.image} {c.start:.2f}-{c.end:.2f}: {c.error or 'no boot'}"
-                )
+                rep.errors.append(f"{what}: {c.error or 'no boot'}")
                 continue
-            wrong = [b for b in mine if b["kind"] != "cdrom" or b["image_url"] != c.image]
+            expected = ("cdrom", c.image) if c.image else ("disk", None)
+            wrong = [b for b in mine if (b["kind"], b["image_url"]) != expected]
             if len(mine) != 1 or wrong:
                 rep.duplicated += 1
-                rep.errors.append(f"{c.vm} {c.image} {c.start:.2f}-{c.end:.2f}: boots {mine}")
+                rep.errors.append(f"{what}: boots {mine}")
+                continue
+            if c.image and mine[0].get("sha256") != c.sha256:
+                rep.stale += 1
+                rep.errors.append(f"{what}: stale bytes {mine[0].get('sha256')} != {c.sha256}")
                 continue
             rep.cycles_ok += 1
         # A boot outside every cycle would be a power-on nobody asked for.
@@ -218,7 +285,38 @@ class Soak:
         if inside != len(records):
             rep.duplicated += len(records) - inside
             rep.errors.append(f"{len(records) - inside} boots outside any cycle")
+        # Deletion goes through finalizers: what is still there after a minute is left behind.
+        if not _wait(lambda: not self.orphans(), 60):
+            orphans = self.orphans()
+            rep.orphans = len(orphans)
+            rep.errors.append(f"orphans: {orphans}")
         return rep
+
+    def orphans(self) -> list[str]:
+        """DataVolumes no VM's current media uses, and PVCs of fleetfish without their
+        DataVolume, that are not already being deleted."""
+        store = Store.from_url(self.stack.redis_url)
+        try:
+            current = {store.get_media(sid).get("dv") for sid in self._system_ids()}
+        finally:
+            store.r.close()
+        live = [d for d in datavolumes(self.stack) if not d["metadata"].get("deletionTimestamp")]
+        names = {d["metadata"]["name"] for d in datavolumes(self.stack)}
+        found = [
+            f"dv/{d['metadata']['name']}" for d in live if d["metadata"]["name"] not in current
+        ]
+        for pvc in persistentvolumeclaims(self.stack):
+            name = pvc["metadata"]["name"]
+            if (
+                name.startswith("ff-")
+                and name not in names
+                and not pvc["metadata"].get("deletionTimestamp")
+            ):
+                found.append(f"pvc/{name}")
+        return found
+
+    def _system_ids(self) -> list[str]:
+        return [f"{LAB_NAMESPACE}.{vm}" for vm in self.vms]
 
 
 def run_soak(
@@ -230,6 +328,7 @@ def run_soak(
     import_seconds: float = 2.0,
     visibility_timeout: int = 8,
     sample_every: float = 30.0,
+    power_on_timeout: int = 60,
 ) -> SoakReport:
     config = LabConfig.for_tests(
         var_dir,
@@ -239,10 +338,11 @@ def run_soak(
         visibility_timeout=visibility_timeout,
         flower=False,
         iso_size_mib=1,
+        extra_env={"FLEETFISH_POWER_ON_TIMEOUT": str(power_on_timeout)},
     )
     stack = LabStack(config).start(timeout=120)
     try:
-        return Soak(stack, minutes, max_kills, kill_every).run(sample_every)
+        return Soak(stack, minutes, max_kills, kill_every, power_on_timeout).run(sample_every)
     finally:
         stack.stop()
 
@@ -250,8 +350,9 @@ def run_soak(
 def format_report(rep: SoakReport) -> str:
     lines = [
         f"soak: {rep.minutes:g} min, {rep.vms} VMs, {rep.kills} worker SIGKILLs",
-        f"cycles {rep.cycles} (ok {rep.cycles_ok}), boots {rep.boots}, "
-        f"lost {rep.lost}, duplicated {rep.duplicated}",
+        f"cycles {rep.cycles} (ok {rep.cycles_ok}), boots {rep.boots}, lost {rep.lost}, "
+        f"stuck {rep.stuck}, stale {rep.stale}, duplicated {rep.duplicated}, "
+        f"orphans {rep.orphans}",
         "RSS MiB over time (t in s):",
     ]
     names = sorted({k for s in rep.rss_mib for k in s if k != "t"})
@@ -301,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_report(rep))
     if args.json:
         args.json.write_text(json.dumps(asdict(rep), indent=2))
-    return 0 if rep.lost == 0 and rep.duplicated == 0 and rep.cycles_ok > 0 else 1
+    return 0 if rep.clean() and rep.cycles_ok > 0 else 1
 
 
 if __name__ == "__main__":
