@@ -6,6 +6,7 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lab.kubesim import boot
@@ -101,6 +102,9 @@ class Controller:
         self._paused: set[str] = set()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
+        # other controllers (CDI, garbage collection) run in the same tick, same instant
+        self.reconcilers: list[Callable[[float], None]] = []
+        self.digests: Callable[[str], str | None] | None = None  # PVC uid -> imported sha256
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -129,6 +133,8 @@ class Controller:
                 self._sync_vmi(vmi, now)
             for vm in list(self.store.peek_all(VM)):
                 self._write_vm_status(vm)
+            for reconcile in self.reconcilers:
+                reconcile(now)
 
     # -- called by subresource handlers, with the store lock held ----------------------------------
 
@@ -148,7 +154,9 @@ class Controller:
         """A guest reset or soft reboot: same VMI, firmware chooses the boot device again."""
         with self.store.cond:
             self._paused.discard(vmi["metadata"]["uid"])
-            return self.boots.record(vmi, boot.choose_boot_device(self.store, vmi), reason)
+            return self.boots.record(
+                vmi, boot.choose_boot_device(self.store, vmi, self.digests), reason
+            )
 
     # -- VirtualMachine -> VMI ----------------------------------------------------------------
 
@@ -358,7 +366,7 @@ class Controller:
         if new_phase == "Running":
             # the domain starts now: firmware picks the boot device from what is there now
             vmi = self.store.peek(VMI, ns, name)
-            self.boots.record(vmi, boot.choose_boot_device(self.store, vmi), "start")
+            self.boots.record(vmi, boot.choose_boot_device(self.store, vmi, self.digests), "start")
 
     def _forget(self, uid: str) -> None:
         self._since.pop(uid, None)
@@ -398,8 +406,15 @@ class Controller:
     def _hotplug_phase(self, vmi: dict, volume: dict, now: float) -> tuple[str, str, str]:
         ns = vmi["metadata"]["namespace"]
         claim = boot.volume_claim(volume) or ""
-        plugged = self._plugged.setdefault((vmi["metadata"]["uid"], volume["name"]), now)
+        key = (vmi["metadata"]["uid"], volume["name"])
+        plugged = self._plugged.setdefault(key, now)
         if not boot.storage_ready(self.store, ns, volume):
+            # attaching starts over once the storage is there (a new attachment pod)
+            self._plugged[key] = now
+            if boot.claim_missing(self.store, ns, volume):
+                # virt-handler waits for it forever; a running guest loses the media (the PVC
+                # itself stays Terminating while this VMI still names it)
+                return "Pending", "FailedPvcNotFound", f"PVC {claim} not found"
             dv = self.store.peek(DV, ns, claim)
             pvc = self.store.peek(PVC, ns, claim)
             if dv is not None:
@@ -551,6 +566,8 @@ class Controller:
             claim = boot.volume_claim(vol)
             if claim is None or boot.is_hotpluggable(vol):
                 continue
+            if boot.claim_missing(self.store, ns, vol):
+                return "ErrorPvcNotFound"  # absent, or its DataVolume/PVC is being deleted
             dv = self.store.peek(DV, ns, claim)
             pvc = self.store.peek(PVC, ns, claim)
             if dv is not None:
