@@ -148,7 +148,7 @@ class Cdi:
             cancel.set()
 
     def reconcile(self, now: float) -> None:
-        """Finish DataVolume deletions whose time has come, then collect garbage. Hold the lock."""
+        """Finish the DataVolume deletions whose time has come. Hold ``store.cond``."""
         t = self.timings
         uids = set()
         for dv in list(self.store.peek_all(DV)):
@@ -166,7 +166,6 @@ class Cdi:
         with self._lock:
             for uid in [u for u in self._deleting if u not in uids]:
                 del self._deleting[uid]
-        finalizers.collect_garbage(self.store)
 
     def stop(self) -> None:
         with self._lock:

@@ -98,6 +98,8 @@ class Controller:
         self._since: dict[str, float] = {}  # VMI uid -> when it entered its current phase
         self._stop_at: dict[str, float] = {}  # VMI uid -> when it is gone
         self._plugged: dict[tuple[str, str], float] = {}  # (VMI uid, volume) -> when it was plugged
+        # (VMI uid, volume) -> claim an attachment pod mounts: from the first Bound until unplugged
+        self._attached: dict[tuple[str, str], str] = {}
         self._restart_required: set[str] = set()  # VMI uids whose VM changed a cold field
         self._paused: set[str] = set()
         self._halt = threading.Event()
@@ -301,6 +303,7 @@ class Controller:
 
         for name in removed:
             self._plugged.pop((uid, name), None)
+            self._attached.pop((uid, name), None)
         for vol in added:
             self._plugged[(uid, vol["name"])] = now
         self.store.mutate(VMI, vmi["metadata"]["namespace"], vmi["metadata"]["name"], edit)
@@ -375,6 +378,23 @@ class Controller:
         self._restart_required.discard(uid)
         for key in [k for k in self._plugged if k[0] == uid]:
             del self._plugged[key]
+        for key in [k for k in self._attached if k[0] == uid]:
+            del self._attached[key]
+
+    def claims_in_use(self, namespace: str) -> set[str]:
+        """PVCs pods use (pvc-protection): a VMI's cold volumes, from creation until it is gone,
+        and its attached hotplug volumes (attachment pods), until unplugged. Hold the lock."""
+        used = set()
+        for vmi in self.store.peek_all(VMI):
+            meta = vmi["metadata"]
+            if meta["namespace"] != namespace:
+                continue
+            for vol in (vmi.get("spec") or {}).get("volumes") or []:
+                claim = boot.volume_claim(vol)
+                attached = (meta["uid"], vol["name"]) in self._attached
+                if claim and (attached or not boot.is_hotpluggable(vol)):
+                    used.add(claim)
+        return used
 
     def _set_phase(self, vmi: dict, phase: str) -> None:
         def edit(obj):
@@ -427,6 +447,7 @@ class Controller:
             if pvc is None:
                 return "Pending", "PVCNotFound", f"PVC {ns}/{claim} does not exist"
             return "Pending", "PVCNotReady", f"PVC {claim} is not bound"
+        self._attached[key] = claim  # an attachment pod mounts it from now on
         if now - plugged < self.timings.hotplug:
             return "Bound", "VolumeBound", "PVC is in phase Bound"
         return (

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from lab.kubesim import boot
-from lab.kubesim.kinds import DV, PVC, VMI, Kind
+from collections.abc import Callable
+
+from lab.kubesim.kinds import DV, PVC, Kind
 from lab.kubesim.store import ObjectStore
 
 DV_FINALIZER = "cdi.kubevirt.io/dataVolumeFinalizer"
@@ -20,22 +21,12 @@ def add_defaults(kind: Kind, obj: dict) -> None:
         finalizers.append(finalizer)
 
 
-def claims_in_use(store: ObjectStore, namespace: str) -> set[str]:
-    """PVC names some VMI (a pod, on a cluster) has in its spec, stopping or not."""
-    return {
-        claim
-        for vmi in store.peek_all(VMI)
-        if vmi["metadata"]["namespace"] == namespace
-        for v in (vmi.get("spec") or {}).get("volumes") or []
-        if (claim := boot.volume_claim(v))
-    }
-
-
-def collect_garbage(store: ObjectStore) -> None:
+def collect_garbage(store: ObjectStore, claims_in_use: Callable[[str], set[str]]) -> None:
     """The garbage collector and the PVC protection controller, once. Hold ``store.cond``.
 
     A PVC whose owning DataVolume is gone is deleted (background propagation); a deleted PVC
-    keeps ``kubernetes.io/pvc-protection`` while a VMI uses it, and goes once none does.
+    keeps ``kubernetes.io/pvc-protection`` while ``claims_in_use(namespace)`` names it (what
+    pods mount, on a cluster), and goes once nothing does.
     """
     dv_uids = {dv["metadata"]["uid"] for dv in store.peek_all(DV)}
     in_use: dict[str, set[str]] = {}
@@ -52,6 +43,6 @@ def collect_garbage(store: ObjectStore) -> None:
         if "deletionTimestamp" not in meta or PVC_PROTECTION not in (meta.get("finalizers") or []):
             continue
         if ns not in in_use:
-            in_use[ns] = claims_in_use(store, ns)
+            in_use[ns] = claims_in_use(ns)
         if name not in in_use[ns]:
             store.remove_finalizer(PVC, ns, name, PVC_PROTECTION)

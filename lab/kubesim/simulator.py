@@ -50,6 +50,9 @@ class Simulator:
         cdi_timings = cdi_timings or CdiTimings(import_seconds=import_seconds)
         self.cdi = Cdi(self.store, cdi_timings, immediate_binding=immediate_binding)
         self.controller.reconcilers.append(self.cdi.reconcile)
+        self.controller.reconcilers.append(
+            lambda _now: finalizers.collect_garbage(self.store, self.controller.claims_in_use)
+        )
         self.controller.digests = self.cdi.digest
         self.api = ResourceApi(self.store)
         self.api.on_creating.append(finalizers.add_defaults)
