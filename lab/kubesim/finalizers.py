@@ -1,19 +1,20 @@
-"""Finalizers the lab's controllers own: CDI's on DataVolumes, pvc-protection on PVCs."""
+"""Finalizers the lab's controllers own: CDI's on DataVolumes, pvc-protection on PVCs, VMIs'."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from lab.kubesim.kinds import DV, PVC, Kind
+from lab.kubesim.kinds import DV, PVC, VMI, Kind
 from lab.kubesim.store import ObjectStore
 
 DV_FINALIZER = "cdi.kubevirt.io/dataVolumeFinalizer"
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
+VMI_FINALIZER = "kubevirt.io/virtualMachineControllerFinalize"  # the controller stops it first
 
 
 def add_defaults(kind: Kind, obj: dict) -> None:
     """What admission and CDI put on new objects, so that deleting them is not instant."""
-    finalizer = {DV: DV_FINALIZER, PVC: PVC_PROTECTION}.get(kind)
+    finalizer = {DV: DV_FINALIZER, PVC: PVC_PROTECTION, VMI: VMI_FINALIZER}.get(kind)
     if finalizer is None:
         return
     finalizers = obj.setdefault("metadata", {}).setdefault("finalizers", [])

@@ -97,3 +97,15 @@ def test_a_pvc_in_use_by_a_vmi_stays_terminating_until_the_vmi_is_gone(k8s):
     k8s.sub("virtualmachines", name, "stop")
     wait_until(lambda: _gone(lambda: _pvc(k8s, f"{name}-root")), what="the PVC gone")
     assert k8s.vmi(name) is None
+
+
+def test_deleting_a_vmi_stops_it_before_it_goes(k8s):
+    name = "ostest-master-2"
+    first = k8s.start_and_wait(name)["metadata"]["uid"]
+    answer = k8s.custom.delete_namespaced_custom_object(
+        "kubevirt.io", "v1", NS, "virtualmachineinstances", name
+    )
+    assert answer["metadata"]["deletionTimestamp"]
+    assert k8s.vmi(name)["metadata"]["uid"] == first  # still there, shutting down
+    # runStrategy Always: once the old VMI is gone, the VM gets a new one
+    wait_until(lambda: (v := k8s.vmi(name)) and v["metadata"]["uid"] != first, what="a new VMI")
