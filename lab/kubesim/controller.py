@@ -98,8 +98,8 @@ class Controller:
         self._since: dict[str, float] = {}  # VMI uid -> when it entered its current phase
         self._stop_at: dict[str, float] = {}  # VMI uid -> when it is gone
         self._plugged: dict[tuple[str, str], float] = {}  # (VMI uid, volume) -> when it was plugged
-        # (VMI uid, volume) -> claim an attachment pod mounts: from the first Bound until unplugged
-        self._attached: dict[tuple[str, str], str] = {}
+        # (VMI uid, volume) an attachment pod mounts: from its first Bound until it is unplugged
+        self._attached: set[tuple[str, str]] = set()
         self._restart_required: set[str] = set()  # VMI uids whose VM changed a cold field
         self._paused: set[str] = set()
         self._halt = threading.Event()
@@ -303,7 +303,7 @@ class Controller:
 
         for name in removed:
             self._plugged.pop((uid, name), None)
-            self._attached.pop((uid, name), None)
+            self._attached.discard((uid, name))
         for vol in added:
             self._plugged[(uid, vol["name"])] = now
         self.store.mutate(VMI, vmi["metadata"]["namespace"], vmi["metadata"]["name"], edit)
@@ -378,8 +378,7 @@ class Controller:
         self._restart_required.discard(uid)
         for key in [k for k in self._plugged if k[0] == uid]:
             del self._plugged[key]
-        for key in [k for k in self._attached if k[0] == uid]:
-            del self._attached[key]
+        self._attached -= {k for k in self._attached if k[0] == uid}
 
     def claims_in_use(self, namespace: str) -> set[str]:
         """PVCs pods use (pvc-protection): a VMI's cold volumes, from creation until it is gone,
@@ -432,11 +431,10 @@ class Controller:
             # attaching starts over once the storage is there (a new attachment pod)
             self._plugged[key] = now
             if boot.claim_missing(self.store, ns, volume):
-                # virt-handler waits for it forever; a running guest loses the media (the PVC
-                # itself stays Terminating while this VMI still names it)
+                # virt-handler waits for it forever; a running guest loses the media (an
+                # attached PVC stays Terminating until the volume is unplugged)
                 return "Pending", "FailedPvcNotFound", f"PVC {claim} not found"
             dv = self.store.peek(DV, ns, claim)
-            pvc = self.store.peek(PVC, ns, claim)
             if dv is not None:
                 dv_phase = (dv.get("status") or {}).get("phase") or "Pending"
                 return (
@@ -444,10 +442,8 @@ class Controller:
                     "PVCNotReady",
                     f"DataVolume {claim} is not ready: phase {dv_phase}",
                 )
-            if pvc is None:
-                return "Pending", "PVCNotFound", f"PVC {ns}/{claim} does not exist"
             return "Pending", "PVCNotReady", f"PVC {claim} is not bound"
-        self._attached[key] = claim  # an attachment pod mounts it from now on
+        self._attached.add(key)  # an attachment pod mounts it from now on
         if now - plugged < self.timings.hotplug:
             return "Bound", "VolumeBound", "PVC is in phase Bound"
         return (
