@@ -1,10 +1,11 @@
-"""A lab HTTP server for ISO images: deterministic content per path, 404 under /missing/."""
+"""A lab HTTP server for ISO images: deterministic content per (path, version), 404 under /missing/."""
 
 from __future__ import annotations
 
 import argparse
 import functools
 import hashlib
+import json
 import logging
 import random
 import signal
@@ -18,32 +19,38 @@ BLOCK = 64 * 1024
 MiB = 1024 * 1024
 
 
+REGENERATE = "/lab/regenerate/"
+IMAGES = "/lab/images/"
+
+
 @functools.lru_cache(maxsize=256)
-def _seed_block(path: str) -> bytes:
-    return random.Random(hashlib.sha256(path.encode()).digest()).randbytes(BLOCK)
+def _seed_block(path: str, version: int = 0) -> bytes:
+    # version 0 keeps the bytes every earlier lab run served for that path
+    seed = path if version == 0 else f"{path}#v{version}"
+    return random.Random(hashlib.sha256(seed.encode()).digest()).randbytes(BLOCK)
 
 
-def block(path: str, index: int) -> bytes:
+def block(path: str, index: int, version: int = 0) -> bytes:
     """Block ``index`` of the image at ``path``: the path's seed block stamped with the index."""
-    data = bytearray(_seed_block(path))
+    data = bytearray(_seed_block(path, version))
     data[:8] = index.to_bytes(8, "big")
     if index == 0:
         data[0x8001:0x8006] = b"CD001"  # the ISO 9660 volume descriptor magic
     return bytes(data)
 
 
-def iter_content(path: str, size: int):
+def iter_content(path: str, size: int, version: int = 0):
     full, rest = divmod(size, BLOCK)
     for i in range(full):
-        yield block(path, i)
+        yield block(path, i, version)
     if rest:
-        yield block(path, full)[:rest]
+        yield block(path, full, version)[:rest]
 
 
-def content_sha256(path: str, size: int) -> str:
-    """The sha256 hex digest the server's content for ``path`` has (for DataVolume checksums)."""
+def content_sha256(path: str, size: int, version: int = 0) -> str:
+    """The sha256 hex digest of the content for ``path`` at ``version`` (for checksums)."""
     digest = hashlib.sha256()
-    for chunk in iter_content(path, size):
+    for chunk in iter_content(path, size, version):
         digest.update(chunk)
     return digest.hexdigest()
 
@@ -57,8 +64,27 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 - BaseHTTPRequestHandler's signature
         log.debug("%s " + format, self.address_string(), *args)
 
+    def _send_json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _image_info(self, path: str) -> dict:
+        version = self.server.version(path)
+        return {
+            "path": path,
+            "version": version,
+            "sha256": content_sha256(path, self.server.size, version),
+        }
+
     def _answer(self, send_body: bool) -> None:
         path = urlsplit(self.path).path
+        if path.startswith(IMAGES) and self.command == "GET":
+            self._send_json(200, self._image_info("/" + path[len(IMAGES) :]))
+            return
         self.server.count(self.command, path)
         if path.startswith("/missing/") or not path.endswith(".iso"):
             body = b"404 page not found\n"
@@ -70,6 +96,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.write(body)
             return
         size = self.server.size
+        version = self.server.version(path)  # a download in progress keeps the bytes it began with
         self.send_response(200)
         self.send_header("Content-Type", "application/octet-stream")
         self.send_header("Content-Length", str(size))
@@ -78,7 +105,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not send_body:
             return
         try:
-            for chunk in iter_content(path, size):
+            for chunk in iter_content(path, size, version):
                 self.wfile.write(chunk)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
@@ -89,6 +116,18 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self._answer(False)
 
+    def do_POST(self):
+        path = urlsplit(self.path).path
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        if not path.startswith(REGENERATE) or len(path) == len(REGENERATE):
+            self._send_json(404, {"error": f"no endpoint POST {path}"})
+            return
+        image = "/" + path[len(REGENERATE) :]
+        self.server.regenerate(image)
+        self._send_json(200, self._image_info(image))
+
 
 class IsoHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
@@ -98,8 +137,18 @@ class IsoHTTPServer(ThreadingHTTPServer):
     def __init__(self, address, size: int):
         self.size = size
         self.hits: dict[tuple[str, str], int] = {}
+        self.versions: dict[str, int] = {}  # path -> how often its content was regenerated
         self._lock = threading.Lock()
         super().__init__(address, _Handler)
+
+    def version(self, path: str) -> int:
+        with self._lock:
+            return self.versions.get(path, 0)
+
+    def regenerate(self, path: str) -> int:
+        with self._lock:
+            self.versions[path] = self.versions.get(path, 0) + 1
+            return self.versions[path]
 
     def count(self, method: str, path: str) -> None:
         with self._lock:
@@ -123,8 +172,21 @@ class IsoServer:
     def image_url(self, name: str) -> str:
         return f"{self.url}/{name.lstrip('/')}"
 
-    def sha256(self, path: str) -> str:
-        return content_sha256("/" + path.lstrip("/"), self.size)
+    def sha256(self, path: str, version: int | None = None) -> str:
+        """The digest of the bytes served for ``path`` now (or at ``version``)."""
+        path = "/" + path.lstrip("/")
+        if version is None:
+            version = self.version(path)
+        return content_sha256(path, self.size, version)
+
+    def version(self, path: str) -> int:
+        return self._server.version("/" + path.lstrip("/")) if self._server else 0
+
+    def regenerate(self, path: str) -> str:
+        """Serve different bytes at the same URL from now on; returns their sha256."""
+        path = "/" + path.lstrip("/")
+        version = self._server.regenerate(path)
+        return content_sha256(path, self.size, version)
 
     def hits(self, path: str, method: str = "GET") -> int:
         return self._server.hits.get((method, "/" + path.lstrip("/")), 0) if self._server else 0

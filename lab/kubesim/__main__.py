@@ -31,6 +31,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--retry-seconds", type=float, default=2.0, help="delay before an import retries"
     )
     p.add_argument(
+        "--dv-delete-seconds",
+        type=float,
+        default=1.0,
+        help="a deleted DataVolume's finalizer work: it is gone this long after the DELETE",
+    )
+    p.add_argument(
         "--immediate-binding",
         action="store_true",
         help="bind every PVC at once (default: WaitForFirstConsumer unless the DataVolume "
@@ -55,7 +61,11 @@ def main(argv=None) -> int:
         timings=Timings.scaled(
             args.start_seconds, stop=args.stop_seconds, hotplug=args.hotplug_seconds
         ),
-        cdi_timings=CdiTimings(import_seconds=args.import_seconds, retry=args.retry_seconds),
+        cdi_timings=CdiTimings(
+            import_seconds=args.import_seconds,
+            retry=args.retry_seconds,
+            delete_seconds=args.dv_delete_seconds,
+        ),
     )
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

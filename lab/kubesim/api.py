@@ -26,11 +26,13 @@ Hook = Callable[[Kind, dict], None]
 class ResourceApi:
     """What the HTTP layer calls for /api and /apis resource paths.
 
-    ``on_created`` / ``on_deleted`` let the controllers react (CDI starts an import).
+    ``on_creating`` defaults new objects (finalizers); ``on_created`` / ``on_deleted`` let the
+    controllers react (CDI starts an import, stops it on deletion).
     """
 
     def __init__(self, store: ObjectStore):
         self.store = store
+        self.on_creating: list[Hook] = []  # defaulting before the write (finalizers)
         self.on_created: list[Hook] = []
         self.on_deleted: list[Hook] = []
 
@@ -98,6 +100,8 @@ class ResourceApi:
                 "status", None
             )  # status belongs to the controllers, as with a status subresource
         self._admit(kind, obj, creating=True)
+        for hook in self.on_creating:
+            hook(kind, obj)
         created = self.store.create(kind, obj)
         for hook in self.on_created:
             hook(kind, created)
@@ -220,10 +224,11 @@ class ResourceApi:
         return self.store.replace(kind, obj, current["metadata"]["resourceVersion"])
 
     def delete(self, kind: Kind, ns: str, name: str) -> dict:
-        gone = self.store.delete(kind, ns, name)
+        # 200 with the object either way: gone, or carrying deletionTimestamp until finalized
+        obj, _gone = self.store.request_delete(kind, ns, name)
         for hook in self.on_deleted:
-            hook(kind, gone)
-        return gone
+            hook(kind, obj)
+        return obj
 
     # -- helpers -----------------------------------------------------------------------------
 

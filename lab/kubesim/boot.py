@@ -24,20 +24,49 @@ def volume_claim(volume: dict) -> str | None:
     return None
 
 
+def is_going(obj: dict | None) -> bool:
+    """Missing, or deleted and only waiting for its finalizers."""
+    return obj is None or "deletionTimestamp" in obj["metadata"]
+
+
+def claim_missing(store: ObjectStore, namespace: str, volume: dict) -> bool:
+    """KubeVirt's FailedPvcNotFound: the volume's DataVolume/PVC is absent or being deleted."""
+    claim = volume_claim(volume)
+    if claim is None:
+        return False
+    dv = store.peek(DV, namespace, claim)
+    if dv is not None:
+        return is_going(dv)
+    if "dataVolume" in volume:
+        return True
+    return is_going(store.peek(PVC, namespace, claim))
+
+
 def storage_ready(store: ObjectStore, namespace: str, volume: dict) -> bool:
-    """Is the media behind a volume present right now? Call with ``store.cond`` held."""
+    """Is the media behind a volume present right now? Call with ``store.cond`` held.
+
+    Media being deleted (a deletionTimestamp on its DataVolume or PVC) is no longer there.
+    """
     if "containerDisk" in volume:
         return True
     claim = volume_claim(volume)
     if claim is None:
         return False  # cloud-init and friends hold no bootable media
     dv = store.peek(DV, namespace, claim)
+    pvc = store.peek(PVC, namespace, claim)
     if dv is not None:
-        return (dv.get("status") or {}).get("phase") == "Succeeded"
+        succeeded = (dv.get("status") or {}).get("phase") == "Succeeded"
+        return succeeded and not is_going(dv) and not is_going(pvc)
     if "dataVolume" in volume:
         return False
-    pvc = store.peek(PVC, namespace, claim)
-    return pvc is not None and (pvc.get("status") or {}).get("phase") == "Bound"
+    return not is_going(pvc) and (pvc.get("status") or {}).get("phase") == "Bound"
+
+
+def media_sha256(store: ObjectStore, namespace: str, volume: dict, digests) -> str | None:
+    """sha256 of the bytes CDI imported into the volume's PVC (None: not an http import)."""
+    claim = volume_claim(volume)
+    pvc = store.peek(PVC, namespace, claim) if claim else None
+    return digests(pvc["metadata"]["uid"]) if pvc is not None and digests else None
 
 
 def image_url(store: ObjectStore, namespace: str, volume: dict) -> str | None:
@@ -48,12 +77,13 @@ def image_url(store: ObjectStore, namespace: str, volume: dict) -> str | None:
     return (((dv.get("spec") or {}).get("source") or {}).get("http") or {}).get("url")
 
 
-def choose_boot_device(store: ObjectStore, vmi: dict) -> dict:
+def choose_boot_device(store: ObjectStore, vmi: dict, digests=None) -> dict:
     """The device firmware boots from, judged from the VMI as it is at this instant.
 
     Ordered by bootOrder (devices without one are never tried once any device has one; with
     none, disks in order); the first whose media is present and ready wins. Network devices
-    take part in the ordering but never boot: the lab has no PXE server.
+    take part in the ordering but never boot: the lab has no PXE server. ``digests`` maps a
+    PVC uid to the sha256 CDI imported into it (kept by CDI, so no client can fake it).
     """
     spec = vmi.get("spec") or {}
     namespace = vmi["metadata"]["namespace"]
@@ -87,8 +117,9 @@ def choose_boot_device(store: ObjectStore, vmi: dict) -> dict:
             "device": dev["name"],
             "kind": kind,
             "image_url": image_url(store, namespace, volume),
+            "sha256": media_sha256(store, namespace, volume, digests),
         }
-    return {"device": None, "kind": "none", "image_url": None}
+    return {"device": None, "kind": "none", "image_url": None, "sha256": None}
 
 
 class BootLog:
@@ -108,6 +139,7 @@ class BootLog:
             "device": choice["device"],
             "kind": choice["kind"],
             "image_url": choice["image_url"],
+            "sha256": choice.get("sha256"),
             "reason": reason,
         }
         with self._lock:

@@ -12,13 +12,14 @@ from urllib.parse import urlsplit
 
 import requests
 
-from lab.kubesim import boot
+from lab.kubesim import boot, finalizers
 from lab.kubesim.kinds import DV, PVC, VMI, Kind
 from lab.kubesim.store import ObjectStore, now_iso
 
 log = logging.getLogger(__name__)
 
 IMMEDIATE = "cdi.kubevirt.io/storage.bind.immediate.requested"
+SHA256_ANNOTATION = "lab.fleetfish.io/sha256"  # what the import really downloaded
 FILESYSTEM_OVERHEAD = 0.055  # CDI's default: this share of a Filesystem PVC is not usable
 CHUNK = 64 * 1024
 _UNITS = {
@@ -60,6 +61,7 @@ class CdiTimings:
     retry: float = 2.0  # importer pod restart delay after a transient error
     progress: float = 1.0  # how often status.progress is refreshed
     max_attempts: int = 1000
+    delete_seconds: float = 1.0  # a deleted DataVolume's finalizer work (then it is gone)
 
 
 def _conditions(
@@ -95,7 +97,8 @@ def _conditions(
 
 
 class Cdi:
-    """Starts an import per DataVolume created; deleting the DataVolume deletes its PVC and stops it."""
+    """Starts an import per DataVolume created; deleting a DataVolume stops its import, and it
+    goes ``delete_seconds`` later (its finalizer); the garbage collector then deletes its PVC."""
 
     def __init__(
         self, store: ObjectStore, timings: CdiTimings | None = None, immediate_binding: bool = False
@@ -105,6 +108,16 @@ class Cdi:
         self.immediate_binding = immediate_binding
         self._jobs: dict[str, threading.Event] = {}  # DV uid -> cancel
         self._lock = threading.Lock()
+        self._deleting: dict[str, float] = {}  # DV uid -> when its deletion was seen
+        self._digests: dict[str, str] = {}  # PVC uid -> sha256 of the imported bytes
+
+    def digest(self, pvc_uid: str) -> str | None:
+        with self._lock:
+            return self._digests.get(pvc_uid)
+
+    def record_digest(self, pvc_uid: str, sha256: str) -> None:
+        with self._lock:
+            self._digests[pvc_uid] = sha256
 
     def on_created(self, kind: Kind, obj: dict) -> None:
         if kind is not DV:
@@ -123,18 +136,36 @@ class Cdi:
     def on_deleted(self, kind: Kind, obj: dict) -> None:
         if kind is not DV:
             return
+        self._cancel(obj["metadata"]["uid"])
+        if "deletionTimestamp" in obj["metadata"]:
+            with self._lock:
+                self._deleting.setdefault(obj["metadata"]["uid"], time.monotonic())
+
+    def _cancel(self, dv_uid: str) -> None:
         with self._lock:
-            cancel = self._jobs.pop(obj["metadata"]["uid"], None)
+            cancel = self._jobs.pop(dv_uid, None)
         if cancel:
             cancel.set()
-        meta = obj["metadata"]
-        with self.store.cond:
-            pvc = self.store.peek(PVC, meta["namespace"], meta["name"])
-            owned = pvc is not None and any(
-                o.get("uid") == meta["uid"] for o in pvc["metadata"].get("ownerReferences") or []
-            )
-            if owned:
-                self.store.delete(PVC, meta["namespace"], meta["name"])
+
+    def reconcile(self, now: float) -> None:
+        """Finish the DataVolume deletions whose time has come. Hold ``store.cond``."""
+        t = self.timings
+        uids = set()
+        for dv in list(self.store.peek_all(DV)):
+            meta = dv["metadata"]
+            uids.add(meta["uid"])
+            if "deletionTimestamp" not in meta:
+                continue
+            with self._lock:
+                since = self._deleting.setdefault(meta["uid"], now)
+            if now - since >= t.delete_seconds:
+                self._cancel(meta["uid"])
+                self.store.remove_finalizer(
+                    DV, meta["namespace"], meta["name"], finalizers.DV_FINALIZER
+                )
+        with self._lock:
+            for uid in [u for u in self._deleting if u not in uids]:
+                del self._deleting[uid]
 
     def stop(self) -> None:
         with self._lock:
@@ -196,7 +227,8 @@ class _Import:
 
     def run(self) -> None:
         self._update(phase="Pending", progress="N/A", conditions=_conditions(False, False, False))
-        self._create_pvc()
+        if not self._create_pvc():
+            return
         if not self._wait_for_binding():
             return
         self._bind_pvc()
@@ -226,7 +258,7 @@ class _Import:
                 phase="ImportInProgress", conditions=_conditions(True, False, True, "Pod", "")
             )
             try:
-                self._download()
+                sha256 = self._download()
             except TransientError as exc:
                 self.restarts += 1
                 self._update(conditions=_conditions(True, False, False, "Error", str(exc)))
@@ -237,34 +269,42 @@ class _Import:
                     phase="Failed", conditions=_conditions(True, False, False, "Error", str(exc))
                 )
                 return
-            self._succeed()
+            self._succeed(sha256)
             return
 
-    def _succeed(self) -> None:
+    def _succeed(self, sha256: str | None = None) -> None:
         self._update(
             phase="Succeeded",
             progress="100.0%",
             conditions=_conditions(True, True, False, "Completed", "Import Complete"),
         )
-        self.store.mutate(
-            PVC,
-            self.ns,
-            self.name,
-            lambda o: (
-                o["metadata"]
-                .setdefault("annotations", {})
-                .update(
-                    {
-                        "cdi.kubevirt.io/storage.pod.phase": "Succeeded",
-                        "cdi.kubevirt.io/storage.condition.running": "false",
-                    }
-                )
-            ),
-        )
+        annotations = {
+            "cdi.kubevirt.io/storage.pod.phase": "Succeeded",
+            "cdi.kubevirt.io/storage.condition.running": "false",
+        }
+        if sha256:
+            annotations[SHA256_ANNOTATION] = sha256
+        with self.store.cond:
+            pvc = self.store.peek(PVC, self.ns, self.name)
+            if pvc is None or not self._owns(pvc):
+                return
+            if sha256:
+                # boot records take the digest from here, not from the annotation anyone can edit
+                self.cdi.record_digest(pvc["metadata"]["uid"], sha256)
+            self.store.mutate(
+                PVC,
+                self.ns,
+                self.name,
+                lambda o: o["metadata"].setdefault("annotations", {}).update(annotations),
+            )
+
+    def _owns(self, pvc: dict) -> bool:
+        return any(o.get("uid") == self.uid for o in pvc["metadata"].get("ownerReferences") or [])
 
     # -- PVC ----------------------------------------------------------------------------------
 
-    def _create_pvc(self) -> None:
+    def _create_pvc(self) -> bool:
+        """Create the PVC, once an older PVC of that name (still Terminating) is gone."""
         url = (self.source.get("http") or {}).get("url", "")
         pvc = {
             "metadata": {
@@ -278,6 +318,7 @@ class _Import:
                     "cdi.kubevirt.io/storage.import.endpoint": url,
                     "cdi.kubevirt.io/storage.contentType": "kubevirt",
                 },
+                "finalizers": [finalizers.PVC_PROTECTION],
                 "ownerReferences": [
                     {
                         "apiVersion": DV.api_version,
@@ -297,9 +338,17 @@ class _Import:
             },
             "status": {"phase": "Pending"},
         }
-        with self.store.cond:
-            if self.store.peek(PVC, self.ns, self.name) is None:
-                self.store.create(PVC, pvc)
+        deadline = time.monotonic() + 7 * 86400  # a week: a lab never waits that long
+        while time.monotonic() < deadline:
+            with self.store.cond:
+                current = self.store.peek(PVC, self.ns, self.name)
+                if current is None:
+                    self.store.create(PVC, pvc)
+                    return True
+                if self._owns(current):
+                    return True
+            self._sleep(0.1)  # CDI retries: the name is still held by a Terminating PVC
+        return False
 
     def _wait_for_binding(self) -> bool:
         immediate = self.cdi.immediate_binding or (
@@ -344,7 +393,8 @@ class _Import:
 
     # -- the download ---------------------------------------------------------------------------
 
-    def _download(self) -> None:
+    def _download(self) -> str:
+        """The sha256 hex digest of the bytes downloaded."""
         http = self.source["http"]
         url = http["url"]
         headers = {}
@@ -395,6 +445,7 @@ class _Import:
                     f"Unable to transfer source data: unexpected EOF after {done} of {length} bytes"
                 )
         self._check_checksum(http.get("checksum"), digest.hexdigest())
+        return digest.hexdigest()
 
     def _check_size(self, length: int | None) -> None:
         requested = parse_quantity(

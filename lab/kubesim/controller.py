@@ -6,6 +6,7 @@ import copy
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from lab.kubesim import boot
@@ -97,10 +98,15 @@ class Controller:
         self._since: dict[str, float] = {}  # VMI uid -> when it entered its current phase
         self._stop_at: dict[str, float] = {}  # VMI uid -> when it is gone
         self._plugged: dict[tuple[str, str], float] = {}  # (VMI uid, volume) -> when it was plugged
+        # (VMI uid, volume) an attachment pod mounts: from its first Bound until it is unplugged
+        self._attached: set[tuple[str, str]] = set()
         self._restart_required: set[str] = set()  # VMI uids whose VM changed a cold field
         self._paused: set[str] = set()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
+        # other controllers (CDI, garbage collection) run in the same tick, same instant
+        self.reconcilers: list[Callable[[float], None]] = []
+        self.digests: Callable[[str], str | None] | None = None  # PVC uid -> imported sha256
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -129,6 +135,8 @@ class Controller:
                 self._sync_vmi(vmi, now)
             for vm in list(self.store.peek_all(VM)):
                 self._write_vm_status(vm)
+            for reconcile in self.reconcilers:
+                reconcile(now)
 
     # -- called by subresource handlers, with the store lock held ----------------------------------
 
@@ -148,7 +156,9 @@ class Controller:
         """A guest reset or soft reboot: same VMI, firmware chooses the boot device again."""
         with self.store.cond:
             self._paused.discard(vmi["metadata"]["uid"])
-            return self.boots.record(vmi, boot.choose_boot_device(self.store, vmi), reason)
+            return self.boots.record(
+                vmi, boot.choose_boot_device(self.store, vmi, self.digests), reason
+            )
 
     # -- VirtualMachine -> VMI ----------------------------------------------------------------
 
@@ -293,6 +303,7 @@ class Controller:
 
         for name in removed:
             self._plugged.pop((uid, name), None)
+            self._attached.discard((uid, name))
         for vol in added:
             self._plugged[(uid, vol["name"])] = now
         self.store.mutate(VMI, vmi["metadata"]["namespace"], vmi["metadata"]["name"], edit)
@@ -358,7 +369,7 @@ class Controller:
         if new_phase == "Running":
             # the domain starts now: firmware picks the boot device from what is there now
             vmi = self.store.peek(VMI, ns, name)
-            self.boots.record(vmi, boot.choose_boot_device(self.store, vmi), "start")
+            self.boots.record(vmi, boot.choose_boot_device(self.store, vmi, self.digests), "start")
 
     def _forget(self, uid: str) -> None:
         self._since.pop(uid, None)
@@ -367,6 +378,22 @@ class Controller:
         self._restart_required.discard(uid)
         for key in [k for k in self._plugged if k[0] == uid]:
             del self._plugged[key]
+        self._attached -= {k for k in self._attached if k[0] == uid}
+
+    def claims_in_use(self, namespace: str) -> set[str]:
+        """PVCs pods use (pvc-protection): a VMI's cold volumes, from creation until it is gone,
+        and its attached hotplug volumes (attachment pods), until unplugged. Hold the lock."""
+        used = set()
+        for vmi in self.store.peek_all(VMI):
+            meta = vmi["metadata"]
+            if meta["namespace"] != namespace:
+                continue
+            for vol in (vmi.get("spec") or {}).get("volumes") or []:
+                claim = boot.volume_claim(vol)
+                attached = (meta["uid"], vol["name"]) in self._attached
+                if claim and (attached or not boot.is_hotpluggable(vol)):
+                    used.add(claim)
+        return used
 
     def _set_phase(self, vmi: dict, phase: str) -> None:
         def edit(obj):
@@ -398,10 +425,16 @@ class Controller:
     def _hotplug_phase(self, vmi: dict, volume: dict, now: float) -> tuple[str, str, str]:
         ns = vmi["metadata"]["namespace"]
         claim = boot.volume_claim(volume) or ""
-        plugged = self._plugged.setdefault((vmi["metadata"]["uid"], volume["name"]), now)
+        key = (vmi["metadata"]["uid"], volume["name"])
+        plugged = self._plugged.setdefault(key, now)
         if not boot.storage_ready(self.store, ns, volume):
+            # attaching starts over once the storage is there (a new attachment pod)
+            self._plugged[key] = now
+            if boot.claim_missing(self.store, ns, volume):
+                # virt-handler waits for it forever; a running guest loses the media (an
+                # attached PVC stays Terminating until the volume is unplugged)
+                return "Pending", "FailedPvcNotFound", f"PVC {claim} not found"
             dv = self.store.peek(DV, ns, claim)
-            pvc = self.store.peek(PVC, ns, claim)
             if dv is not None:
                 dv_phase = (dv.get("status") or {}).get("phase") or "Pending"
                 return (
@@ -409,9 +442,8 @@ class Controller:
                     "PVCNotReady",
                     f"DataVolume {claim} is not ready: phase {dv_phase}",
                 )
-            if pvc is None:
-                return "Pending", "PVCNotFound", f"PVC {ns}/{claim} does not exist"
             return "Pending", "PVCNotReady", f"PVC {claim} is not bound"
+        self._attached.add(key)  # an attachment pod mounts it from now on
         if now - plugged < self.timings.hotplug:
             return "Bound", "VolumeBound", "PVC is in phase Bound"
         return (
@@ -551,6 +583,8 @@ class Controller:
             claim = boot.volume_claim(vol)
             if claim is None or boot.is_hotpluggable(vol):
                 continue
+            if boot.claim_missing(self.store, ns, vol):
+                return "ErrorPvcNotFound"  # absent, or its DataVolume/PVC is being deleted
             dv = self.store.peek(DV, ns, claim)
             pvc = self.store.peek(PVC, ns, claim)
             if dv is not None:

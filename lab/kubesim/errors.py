@@ -68,9 +68,14 @@ def not_found(kind: Kind, name: str) -> ApiError:
     return ApiError(404, f'{kind.qualified} "{name}" not found', "NotFound", _details(kind, name))
 
 
-def already_exists(kind: Kind, name: str) -> ApiError:
+def already_exists(kind: Kind, name: str, being_deleted: bool = False) -> ApiError:
+    # the API server says so when the name is held by an object still finalizing its deletion
+    prefix = "object is being deleted: " if being_deleted else ""
     return ApiError(
-        409, f'{kind.qualified} "{name}" already exists', "AlreadyExists", _details(kind, name)
+        409,
+        f'{prefix}{kind.qualified} "{name}" already exists',
+        "AlreadyExists",
+        _details(kind, name),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 
+from lab.kubesim.finalizers import PVC_PROTECTION
 from lab.kubesim.kinds import NAMESPACE, PVC, VM
 from lab.kubesim.store import ObjectStore
 
@@ -70,7 +71,12 @@ def lab_vm(namespace: str, name: str) -> dict:
 
 def root_pvc(namespace: str, vm: str) -> dict:
     return {
-        "metadata": {"name": f"{vm}-root", "namespace": namespace, "labels": dict(PART_OF)},
+        "metadata": {
+            "name": f"{vm}-root",
+            "namespace": namespace,
+            "labels": dict(PART_OF),
+            "finalizers": [PVC_PROTECTION],
+        },
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": "40Gi"}},

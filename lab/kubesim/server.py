@@ -72,6 +72,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def send_json(self, code: int, body: dict | None) -> None:
         data = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
+        self._status = code
+        if not getattr(self, "_logged", True):
+            # logged before the answer leaves: a client's next call must find this one in the log
+            self.server.sim.requests.add(self.command, self.path, code)
+            self._logged = True
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))

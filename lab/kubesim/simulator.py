@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 
-from lab.kubesim import errors
+from lab.kubesim import errors, finalizers
 from lab.kubesim.api import ResourceApi
 from lab.kubesim.boot import BootLog
 from lab.kubesim.cdi import Cdi, CdiTimings
@@ -49,7 +49,13 @@ class Simulator:
         self.controller = Controller(self.store, self.boots, timings)
         cdi_timings = cdi_timings or CdiTimings(import_seconds=import_seconds)
         self.cdi = Cdi(self.store, cdi_timings, immediate_binding=immediate_binding)
+        self.controller.reconcilers.append(self.cdi.reconcile)
+        self.controller.reconcilers.append(
+            lambda _now: finalizers.collect_garbage(self.store, self.controller.claims_in_use)
+        )
+        self.controller.digests = self.cdi.digest
         self.api = ResourceApi(self.store)
+        self.api.on_creating.append(finalizers.add_defaults)
         self.api.on_created.append(self.cdi.on_created)
         self.api.on_deleted.append(self.cdi.on_deleted)
         self.subresources = Subresources(self.store, self.controller)

@@ -101,8 +101,10 @@ class ObjectStore:
             if not meta.get("name") and meta.get("generateName"):
                 meta["name"] = meta["generateName"] + uuid.uuid4().hex[:5]
             key = (meta.get("namespace", ""), meta["name"])
-            if key in self._objects[kind.plural]:
-                raise errors.already_exists(kind, meta["name"])
+            existing = self._objects[kind.plural].get(key)
+            if existing is not None:
+                going = "deletionTimestamp" in existing["metadata"]
+                raise errors.already_exists(kind, meta["name"], being_deleted=going)
             obj["apiVersion"] = kind.api_version
             obj["kind"] = kind.kind
             meta["uid"] = str(uuid.uuid4())
@@ -132,11 +134,18 @@ class ObjectStore:
         meta = obj["metadata"]
         for field in ("uid", "creationTimestamp", "generation", "resourceVersion"):
             meta[field] = current["metadata"].get(field)
-        if "deletionTimestamp" in current["metadata"]:
-            meta["deletionTimestamp"] = current["metadata"]["deletionTimestamp"]
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds"):
+            if field in current["metadata"]:  # once set, a client cannot take it back
+                meta[field] = current["metadata"][field]
         obj["apiVersion"], obj["kind"] = kind.api_version, kind.kind
         if obj == current:
             return False
+        if "deletionTimestamp" in meta and not meta.get("finalizers"):
+            # the last finalizer went: the API server removes the object
+            del self._objects[kind.plural][key]
+            self._bump(obj)
+            self._record(kind, "DELETED", obj)
+            return True
         if obj.get("spec") != current.get("spec"):
             meta["generation"] = int(current["metadata"].get("generation") or 1) + 1
         self._bump(obj)
@@ -159,9 +168,43 @@ class ObjectStore:
             obj = copy.deepcopy(current)
             fn(obj)
             self._commit(kind, key, current, obj)
-            return copy.deepcopy(self._objects[kind.plural][key])
+            return copy.deepcopy(self._objects[kind.plural].get(key, obj))
+
+    def request_delete(self, kind: Kind, namespace: str, name: str) -> tuple[dict, bool]:
+        """DELETE as the API server does it: (object, gone).
+
+        Without finalizers the object goes at once. With finalizers it only gets a
+        deletionTimestamp (a MODIFIED event) and goes when its controllers remove the last one;
+        asking again changes nothing.
+        """
+        key = (namespace, name)
+        with self.cond:
+            current = self._objects[kind.plural].get(key)
+            if current is None:
+                raise errors.not_found(kind, name)
+            if not current["metadata"].get("finalizers"):
+                return self.delete(kind, namespace, name), True
+            if "deletionTimestamp" not in current["metadata"]:
+                obj = copy.deepcopy(current)
+                obj["metadata"]["deletionTimestamp"] = now_iso()
+                obj["metadata"]["deletionGracePeriodSeconds"] = 0
+                self._commit(kind, key, current, obj)
+            return copy.deepcopy(self._objects[kind.plural][key]), False
+
+    def remove_finalizer(self, kind: Kind, namespace: str, name: str, finalizer: str) -> None:
+        """A controller's finalizer work is done (the object goes if it was the last one)."""
+
+        def edit(obj):
+            left = [f for f in obj["metadata"].get("finalizers") or [] if f != finalizer]
+            if left:
+                obj["metadata"]["finalizers"] = left
+            else:
+                obj["metadata"].pop("finalizers", None)
+
+        self.mutate(kind, namespace, name, edit)
 
     def delete(self, kind: Kind, namespace: str, name: str) -> dict:
+        """Remove the object now, finalizers or not (a controller whose cleanup is done)."""
         key = (namespace, name)
         with self.cond:
             current = self._objects[kind.plural].pop(key, None)

@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Callable
 
+import requests
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -30,6 +31,17 @@ def wait_until(
     raise AssertionError(
         f"timed out after {timeout}s waiting for {what or predicate}: last={last!r}"
     )
+
+
+def holds(predicate: Callable[[], object], seconds: float, interval: float = 0.05, what: str = ""):
+    """Fail as soon as predicate() is falsy within ``seconds``: for states that must persist."""
+    deadline = time.monotonic() + seconds
+    polls = 0
+    while time.monotonic() < deadline or polls == 0:
+        polls += 1
+        if not predicate():
+            raise AssertionError(f"{what or predicate} stopped holding after {polls} polls")
+        time.sleep(interval)
 
 
 class Cluster:
@@ -120,3 +132,42 @@ class Cluster:
         self.sub("virtualmachines", name, "start")
         wait_until(lambda: self.printable(name) == "Running", timeout, what=f"{name} Running")
         return self.vmi(name)
+
+    # -- cdrom media ----------------------------------------------------------------------------
+
+    def boot_order(self, name: str, rootdisk: int | None, cdrom: int | None) -> None:
+        """Set the template's bootOrder of both disks (None: no bootOrder)."""
+        disks = self.vm(name)["spec"]["template"]["spec"]["domain"]["devices"]["disks"]
+        for disk in disks:
+            order = {"rootdisk": rootdisk, "cdrom": cdrom}[disk["name"]]
+            disk.pop("bootOrder", None)
+            if order is not None:
+                disk["bootOrder"] = order
+        self.patch_vm(
+            name, {"spec": {"template": {"spec": {"domain": {"devices": {"disks": disks}}}}}}
+        )
+
+    def insert_cdrom(self, name: str, dv: str) -> None:
+        """Declarative inject: a hotpluggable cdrom volume in the VM template."""
+        volume = {"name": "cdrom", "dataVolume": {"name": dv, "hotpluggable": True}}
+        self.patch_vm(
+            name,
+            [{"op": "add", "path": "/spec/template/spec/volumes/-", "value": volume}],
+            "application/json-patch+json",
+        )
+
+    def eject_cdrom(self, name: str) -> None:
+        volumes = self.vm(name)["spec"]["template"]["spec"]["volumes"]
+        kept = [v for v in volumes if v["name"] != "cdrom"]
+        self.patch_vm(name, {"spec": {"template": {"spec": {"volumes": kept}}}})
+
+    def cdrom_status(self, name: str) -> dict | None:
+        """The VMI's volumeStatus entry of the cdrom (None: no VMI, or no cdrom volume)."""
+        vmi = self.vmi(name) or {}
+        entries = (vmi.get("status") or {}).get("volumeStatus") or []
+        return next((e for e in entries if e["name"] == "cdrom"), None)
+
+    def boots(self, name: str) -> list[dict]:
+        return requests.get(f"{self.sim.url}/lab/boots", params={"vm": name}, timeout=5).json()[
+            "boots"
+        ]
