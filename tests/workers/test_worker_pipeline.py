@@ -75,7 +75,8 @@ def test_missing_image_fails_the_insert_and_leaves_the_vm_off(lab):
     assert media["inserted"] == "0" and media["health"] == "Critical" and "404" in media["message"]
     assert lab.boots(VM0) == []
     assert lab.vm(VM0)["status"].get("printableStatus") == "Stopped"
-    assert lab.dvs() == []
+    # The task ends first; the cleanup follows, and deletion goes through CDI's finalizers.
+    wait_for(lambda: lab.dvs() == [], 10, "the failed DataVolume deleted")
 
 
 def test_eject_while_pending_leaves_no_datavolume(lab):
