@@ -364,6 +364,13 @@ end
 return 1
 """)
 
+# KEYS: power. ARGV: Redfish task id. Drops the in-flight record only if it is that task's.
+_END_INFLIGHT = """
+if redis.call('HGET', KEYS[1], 'inflight_task') ~= ARGV[1] then return 0 end
+redis.call('HDEL', KEYS[1], 'inflight', 'inflight_task', 'inflight_by', 'inflight_at')
+return 1
+"""
+
 # KEYS: boot. ARGV: gen. Ends a Once override (Disabled/None, new gen) only if ``gen`` is
 # still the current one: a late end of an earlier Once must not cancel a newer request.
 _END_BOOT_ONCE = """
@@ -416,6 +423,7 @@ class Store:
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
         self._end_boot_once = client.register_script(_END_BOOT_ONCE)
         self._fail_start = client.register_script(_FAIL_START)
+        self._end_inflight = client.register_script(_END_INFLIGHT)
 
     @classmethod
     def from_url(cls, url: str, task_ttl: int = 86400, **kwargs: Any) -> Store:
@@ -661,6 +669,11 @@ class Store:
                 args=[task_id, reason, str(time.time())],
             )
         )
+
+    def end_inflight_task(self, system_id: str, task_id: str) -> None:
+        """The power-on of ``task_id`` settled (its VM runs, or it failed): it no longer shows
+        as PoweringOn, even while the chord body that ran it waits to be delivered again."""
+        self._end_inflight(keys=[key_power(system_id)], args=[task_id])
 
     def finish_inflight(self, system_id: str, body_id: str) -> None:
         key = key_power(system_id)

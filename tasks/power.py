@@ -87,6 +87,7 @@ def _fail_start(system_id: str, task_id: str, reason: str, blocked_volume: str) 
         kv.stop_vm(ns, name, grace_period=0)
     except Conflict as exc:
         log.info("stop after the failed power-on: %s", exc.message)
+    store.end_inflight_task(system_id, task_id)
     if not store.fail_power_on(system_id, task_id, reason):
         return
     if blocked_volume == conf.cdrom_disk:
@@ -104,6 +105,7 @@ def _started(store: Store, system_id: str, task: dict) -> dict:
     boot_gen = task.get("boot_gen", "")
     if boot_gen and store.end_boot_once(system_id, boot_gen):
         log.info("one-time boot override gen %s consumed", boot_gen)
+    store.end_inflight_task(system_id, task["id"])
     store.update_task(task["id"], state="Completed", status="OK", message="Powered on")
     return {"running": True}
 

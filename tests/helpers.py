@@ -20,6 +20,7 @@ __all__ = [
     "datavolumes",
     "kube_requests",
     "persistentvolumeclaims",
+    "vm_datavolumes",
     "system_id",
     "wait_for",
 ]
@@ -102,6 +103,17 @@ def datavolumes(stack: LabStack) -> list[dict]:
         timeout=5,
     )
     return reply.json()["items"]
+
+
+def vm_datavolumes(stack: LabStack, vm: str) -> list[str]:
+    """Names of the VM's fleetfish DataVolumes that are not being deleted (CDI's finalizer
+    keeps a deleted one readable for a moment)."""
+    return [
+        d["metadata"]["name"]
+        for d in datavolumes(stack)
+        if d["metadata"]["name"].startswith(f"ff-{vm}-")
+        and not d["metadata"].get("deletionTimestamp")
+    ]
 
 
 def persistentvolumeclaims(stack: LabStack) -> list[dict]:

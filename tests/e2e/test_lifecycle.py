@@ -16,7 +16,7 @@ import requests
 
 from fleetfish.store import key_media
 from tests.e2e.conftest import boots, ironic, lab_vm_names, system_id, wait_for
-from tests.helpers import Redfish, datavolumes
+from tests.helpers import Redfish, vm_datavolumes
 
 pytestmark = pytest.mark.e2e
 
@@ -65,15 +65,6 @@ def boots_since(stack, vms: list[str], since: float) -> dict[str, list[dict]]:
     return found
 
 
-def live_datavolumes(stack, vm: str) -> list[str]:
-    return [
-        d["metadata"]["name"]
-        for d in datavolumes(stack)
-        if d["metadata"]["name"].startswith(f"ff-{vm}-")
-        and not d["metadata"].get("deletionTimestamp")
-    ]
-
-
 def media_datavolume(stack, vm: str) -> str:
     """The DataVolume the node's current media generation uses, as the workers recorded it."""
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
@@ -94,7 +85,7 @@ def assert_settled(stack, rf: Redfish, vms: list[str], *, inserted: bool) -> Non
         assert media["Status"]["State"] == "Enabled" and media["Inserted"] is inserted, media
         expected = [media_datavolume(stack, vm)] if inserted else []
         wait_for(
-            lambda v=vm, e=expected: live_datavolumes(stack, v) == e,
+            lambda v=vm, e=expected: vm_datavolumes(stack, v) == e,
             30,
             what=f"only the current DataVolume of {vm}",
         )

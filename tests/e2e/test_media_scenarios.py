@@ -7,7 +7,7 @@ import time
 import pytest
 
 from tests.e2e.conftest import boots, wait_for
-from tests.helpers import Redfish, datavolumes
+from tests.helpers import Redfish, datavolumes, vm_datavolumes
 
 pytestmark = pytest.mark.e2e
 
@@ -99,8 +99,7 @@ def test_double_insert_of_the_same_image_reuses_one_datavolume(stack, rf):
         lambda: next((b for b in boots(stack, since) if b["vm"] == vm), None), 60, what="boot"
     )
     assert record["kind"] == "cdrom" and record["image_url"] == image
-    mine = [d for d in datavolumes(stack) if vm in d["metadata"]["name"]]
-    assert len(mine) == 1
+    assert len(vm_datavolumes(stack, vm)) == 1
 
 
 def test_worker_killed_mid_import_another_finishes_and_the_node_boots_once(stack, rf):
@@ -124,6 +123,6 @@ def test_worker_killed_mid_import_another_finishes_and_the_node_boots_once(stack
         assert record["kind"] == "cdrom" and record["image_url"] == image
         wait_for(lambda: rf.system(vm)["PowerState"] == "On", 20, what="On")
         assert len([b for b in boots(stack, since) if b["vm"] == vm]) == 1
-        assert len([d for d in datavolumes(stack) if vm in d["metadata"]["name"]]) == 1
+        wait_for(lambda: len(vm_datavolumes(stack, vm)) == 1, 15, what="one DataVolume")
     finally:
         stack.restart("worker0")

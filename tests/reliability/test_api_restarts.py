@@ -23,7 +23,7 @@ from fleetfish.celery_config import MEDIA_QUEUE, POWER_QUEUE
 from fleetfish.store import KEY_RESETS, key_media, key_power, key_task
 from lab.ironic import IronicLike
 from tests.e2e.conftest import lab_vm_names
-from tests.helpers import Redfish, boots, datavolumes, system_id, wait_for
+from tests.helpers import Redfish, boots, system_id, vm_datavolumes, wait_for
 from workers.watcher import STALE_RESET_TIMEOUTS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -217,7 +217,6 @@ def test_api_restarted_under_load_answers_cleanly_and_writes_whole_state(stack):
     assert sorted(b["vm"] for b in records) == sorted(vms)
     assert {b["image_url"] for b in records} == set(images.values())
     for vm in vms:
-        assert (
-            len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")])
-            == 1
+        wait_for(
+            lambda v=vm: len(vm_datavolumes(stack, v)) == 1, 15, what=f"one DataVolume of {vm}"
         )

@@ -19,6 +19,7 @@ from tests.helpers import (
     clear_faults,
     datavolumes,
     system_id,
+    vm_datavolumes,
     wait_boot,
     wait_for,
 )
@@ -70,10 +71,7 @@ def test_conflicts_errors_and_timeouts_are_retried_and_the_node_boots_once(stack
         wait_for(lambda: rf.system(vm)["PowerState"] == "On", 20, what="On")
         assert faults_left(stack) == []
         assert len([b for b in boots(stack, since) if b["vm"] == vm]) == 1
-        assert (
-            len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")])
-            == 1
-        )
+        wait_for(lambda: len(vm_datavolumes(stack, vm)) == 1, 15, what=f"one DataVolume of {vm}")
     finally:
         clear_faults(stack)
 

@@ -8,7 +8,14 @@ import time
 import pytest
 
 from tests.e2e.conftest import lab_vm_names
-from tests.helpers import active_tasks, boots, datavolumes, system_id, wait_boot, wait_for
+from tests.helpers import (
+    active_tasks,
+    boots,
+    system_id,
+    vm_datavolumes,
+    wait_boot,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -77,9 +84,8 @@ def test_redis_killed_and_restarted_loses_nothing(stack, rf):
     records = [b for b in boots(stack, since) if b["vm"] in vms]
     assert sorted(b["vm"] for b in records) == sorted(vms), records
     for vm in vms:
-        assert (
-            len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")])
-            == 1
+        wait_for(
+            lambda v=vm: len(vm_datavolumes(stack, v)) == 1, 15, what=f"one DataVolume of {vm}"
         )
     # Both workers are back on the broker and take new work.
     wait_for(lambda: len(active_tasks(stack)) == 2, 30, what="both workers answer")

@@ -17,9 +17,9 @@ from tests.helpers import (
     add_fault,
     boots,
     clear_faults,
-    datavolumes,
     kube_requests,
     system_id,
+    vm_datavolumes,
     wait_boot,
     wait_for,
     worker_running,
@@ -72,9 +72,7 @@ def check_one_iso_boot(stack, rf, vm: str, image: str, since: float, insert, res
         what="Once override reverted",
     )
     assert [b["vmi_uid"] for b in boots(stack, since) if b["vm"] == vm] == [record["vmi_uid"]]
-    assert (
-        len([d for d in datavolumes(stack) if d["metadata"]["name"].startswith(f"ff-{vm}-")]) == 1
-    )
+    wait_for(lambda: len(vm_datavolumes(stack, vm)) == 1, 15, what=f"one DataVolume of {vm}")
 
 
 def held_put_answered_after(stack, path_end: str, killed_at: float) -> bool:

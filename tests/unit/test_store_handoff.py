@@ -206,3 +206,15 @@ def test_a_boot_write_under_if_match_loses_to_a_writer_between_its_check_and_wri
     gen = store.set_boot_if("ns.vm", lambda *_: True, enabled="Once", target="Cd")
     assert gen == int(store.get_boot("ns.vm")["gen"])
     assert store.get_boot("ns.vm")["target"] == "Cd"
+
+
+def test_a_settled_power_on_stops_showing_in_flight_before_its_body_is_redelivered(store):
+    ins = store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso")
+    on = store.request_power("ns.vm", "On")
+    store.release_deferred("ns.vm", "Cd", ins["gen"], "body-1")
+    store.end_inflight_task("ns.vm", "some-other-task")
+    assert store.get_power("ns.vm")["inflight"] == "On"
+    # The start's check saw the VM run; the body that started it died and comes back later.
+    store.end_inflight_task("ns.vm", on["task"])
+    assert "inflight" not in store.get_power("ns.vm")
+    assert store.release_deferred("ns.vm", "Cd", ins["gen"], "body-1")["verdict"] == "none"
