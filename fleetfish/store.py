@@ -16,6 +16,8 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:resets``               ZSET of Reset task ids queued as ``power.reset`` that no worker has
                             taken yet, by the time they were (last) sent; the reaper re-sends
                             those left there too long (workers/reaper.py)
+``ff:starts``               ZSET of Reset task ids whose start ``power.verify`` follows, by the
+                            time the start was made; the reaper re-sends a check lost there
 
 Keys other modules own, listed here so the whole layout is in one place:
 
@@ -120,6 +122,7 @@ KEY_SYSTEMS = f"{PREFIX}systems"
 KEY_MIRROR = f"{PREFIX}mirror"
 KEY_TASKS = f"{PREFIX}tasks"
 KEY_RESETS = f"{PREFIX}resets"
+KEY_STARTS = f"{PREFIX}starts"
 
 ENDED_TASK_STATES = ("Completed", "Exception", "Cancelled", "Killed")
 
@@ -669,6 +672,27 @@ class Store:
                 args=[task_id, reason, str(time.time())],
             )
         )
+
+    def follow_start(self, task_id: str) -> float:
+        """Record that ``power.verify`` follows this Reset's start; returns the start time."""
+        now = time.time()
+        pipe = self.r.pipeline()
+        if task_id:
+            pipe.hset(key_task(task_id), "verifying", "1")
+            pipe.zadd(KEY_STARTS, {task_id: now})
+        pipe.execute()
+        return now
+
+    def start_followed(self, task_id: str) -> None:
+        """The start of ``task_id`` settled: nothing to re-send for it."""
+        self.r.zrem(KEY_STARTS, task_id)
+
+    def unsettled_starts(self, started_before: float, limit: int = 1000) -> list[tuple[str, float]]:
+        """(task id, start time) of followed starts older than ``started_before``."""
+        found = self.r.zrangebyscore(
+            KEY_STARTS, "-inf", started_before, start=0, num=limit, withscores=True
+        )
+        return [(_s(task_id), float(score)) for task_id, score in found]
 
     def end_inflight_task(self, system_id: str, task_id: str) -> None:
         """The power-on of ``task_id`` settled (its VM runs, or it failed): it no longer shows

@@ -56,5 +56,15 @@ def power_reset(app: Celery, system_id: str, action: str, task_id: str, celery_i
     )
 
 
+def power_verify(
+    app: Celery, system_id: str, task_id: str, vmi_uid_before: str, since: float | None = None
+):
+    """The check that follows a start; ``since``: when the start was made (the bound counts
+    from there, also for a copy sent again)."""
+    return app.signature(
+        "power.verify", args=(system_id, task_id, vmi_uid_before), kwargs={"since": since}
+    )
+
+
 def boot_apply(app: Celery, system_id: str, boot_gen: int):
     return app.signature("boot.apply", args=(system_id, boot_gen), immutable=True)

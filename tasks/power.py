@@ -26,8 +26,9 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
     """Mark the Reset task as followed by ``power.verify`` and send that task: before the
     start itself, so a worker dying right after the start still has it followed."""
     store = runtime.store()
-    if task_id and store.r.exists(key_task(task_id)):
-        store.r.hset(key_task(task_id), "verifying", "1")
+    if not task_id or not store.r.exists(key_task(task_id)):
+        return  # no Redfish task to report on (expired)
+    store.follow_start(task_id)
     current_app.send_task(
         "power.verify", args=(system_id, task_id, vmi_uid_before), countdown=START_CHECK_FIRST
     )
@@ -88,6 +89,7 @@ def _fail_start(system_id: str, task_id: str, reason: str, blocked_volume: str) 
     except Conflict as exc:
         log.info("stop after the failed power-on: %s", exc.message)
     store.end_inflight_task(system_id, task_id)
+    store.start_followed(task_id)
     if not store.fail_power_on(system_id, task_id, reason):
         return
     if blocked_volume == conf.cdrom_disk:
@@ -107,6 +109,7 @@ def _started(store: Store, system_id: str, task: dict) -> dict:
         log.info("one-time boot override gen %s consumed", boot_gen)
     store.end_inflight_task(system_id, task["id"])
     store.update_task(task["id"], state="Completed", status="OK", message="Powered on")
+    store.start_followed(task["id"])
     return {"running": True}
 
 
@@ -119,6 +122,7 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
     since = since or time.time()
     task = store.get_task(task_id) or {}
     if task.get("state") in ENDED_TASK_STATES or not task:
+        store.start_followed(task_id)
         return {"ended": task.get("state", "expired")}
     doc = store.get_system(system_id) or {}
     mirrored = doc.get("vmi") or {}
@@ -129,6 +133,7 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
     if latest and latest != task_id:
         # The client moved on (a power-off, the next insert): that request owns the VM now.
         store.update_task(task_id, state="Completed", status="OK", message="Superseded")
+        store.start_followed(task_id)
         return {"superseded_by": latest}
     ns, name = split_system_id(system_id)
     try:

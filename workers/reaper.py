@@ -24,6 +24,11 @@ followed meanwhile by another Reset, InsertMedia or EjectMedia of the same syste
 instead: the client moved on, and the old action would land out of order (an old ForceOff
 after the newer On, an old On while the next ISO is still importing). A Reset deferred behind
 media is not in ``ff:resets``: the media chord releases it.
+
+Start check: the Reset task stays Running and the node may show PoweringOn. A start whose
+``power.verify`` has not settled it ``stale_after`` seconds after the start (longer than the
+power-on bound) is checked again: the copy counts the bound from the start, so it completes the
+task at once if the VM runs, and otherwise stops the VM and reports why.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from fleetfish.store import DEVICES, ENDED_TASK_STATES, PENDING_STATES, Store
+from fleetfish.store import DEVICES, ENDED_TASK_STATES, KEY_STARTS, PENDING_STATES, Store
 
 log = logging.getLogger("fleetfish.watcher")
 
@@ -41,6 +46,8 @@ SendChord = Callable[[str, str, int, str, str], None]
 SendReset = Callable[[str, str, str, str], None]
 # system id, device, media generation, Redfish task id
 SendEject = Callable[[str, str, int, str], None]
+# system id, Redfish task id, VMI uid before the start, start time
+SendStartCheck = Callable[[str, str, str, float], None]
 
 
 def stale_media(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
@@ -145,13 +152,35 @@ def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> lis
     return sent
 
 
-def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject]:
-    """A SendChord, a SendReset and a SendEject over one client-only Celery app (the watcher
-    imports no task bodies)."""
+def resend_lost_start_checks(store: Store, send: SendStartCheck, stale_after: float) -> list[str]:
+    """Send ``power.verify`` again for each start not settled ``stale_after`` seconds after it
+    was made; the task ids it was sent for."""
+    sent = []
+    for task_id, started in store.unsettled_starts(time.time() - stale_after):
+        task = store.get_task(task_id)
+        if not task or task.get("state") in ENDED_TASK_STATES:
+            store.start_followed(task_id)
+            continue
+        # Touched first: a failure to send is retried a stale period later, not at once.
+        store.r.zadd(KEY_STARTS, {task_id: time.time()})
+        before = task.get("vmi_before", "")
+        log.warning(
+            "start of %s (task %s) not settled %.0f s after it was made: checking it again",
+            task.get("system", ""),
+            task_id,
+            time.time() - started,
+        )
+        send(task.get("system", ""), task_id, "" if before == "-" else before, started)
+        sent.append(task_id)
+    return sent
+
+
+def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject, SendStartCheck]:
+    """The senders over one client-only Celery app (the watcher imports no task bodies)."""
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from tasks.canvas import eject_media, insert_media_chord, power_reset
+    from tasks.canvas import eject_media, insert_media_chord, power_reset, power_verify
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))
@@ -165,4 +194,7 @@ def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject]:
     def send_eject(system_id: str, device: str, gen: int, task_id: str) -> None:
         eject_media(app, system_id, device, gen, task_id).apply_async()
 
-    return send_chord, send_reset, send_eject
+    def send_start_check(system_id: str, task_id: str, vmi_before: str, started: float) -> None:
+        power_verify(app, system_id, task_id, vmi_before, started).apply_async()
+
+    return send_chord, send_reset, send_eject, send_start_check

@@ -70,6 +70,7 @@ class Watcher:
         self._threads: list[threading.Thread] = []
         self.send_chord: reaper.SendChord | None = None
         self.send_reset: reaper.SendReset | None = None
+        self.send_start_check: reaper.SendStartCheck | None = None
         self.send_eject: reaper.SendEject | None = None
         self._next_reap = 0.0
 
@@ -135,7 +136,7 @@ class Watcher:
 
     def _reap(self) -> None:
         """Once per visibility timeout, while holding the lease: re-send lost media, eject and
-        Reset work."""
+        Reset work, and start checks."""
         if time.monotonic() < self._next_reap:
             return
         vt = self.settings.visibility_timeout
@@ -147,13 +148,21 @@ class Watcher:
                 reaper.resend_stalled_ejects(self.store, self.send_eject, STALE_MEDIA_TIMEOUTS * vt)
             if self.send_reset is not None:
                 reaper.resend_lost_resets(self.store, self.send_reset, STALE_RESET_TIMEOUTS * vt)
+            if self.send_start_check is not None:
+                reaper.resend_lost_start_checks(
+                    self.store,
+                    self.send_start_check,
+                    self.settings.power_on_timeout + STALE_RESET_TIMEOUTS * vt,
+                )
         except Exception as exc:  # Redis or broker away: the next round tries again
             log.warning("lost work check failed: %s", exc)
 
     def resend_lost_work(self) -> None:
         """The reaper's senders over a client-only Celery app (the legacy chain holds its lock
         for a whole import: its media work is never sent twice)."""
-        send_chord, self.send_reset, self.send_eject = reaper.celery_senders(self.settings)
+        send_chord, self.send_reset, self.send_eject, self.send_start_check = reaper.celery_senders(
+            self.settings
+        )
         if not self.settings.legacy_sequential:
             self.send_chord = send_chord
 

@@ -15,7 +15,7 @@ import time
 import pytest
 import requests
 
-from fleetfish.store import KEY_RESETS, Store, key_media
+from fleetfish.store import KEY_RESETS, KEY_STARTS, Store, key_media
 from tests.e2e.conftest import lab_vm_names
 from tests.helpers import (
     Redfish,
@@ -26,7 +26,12 @@ from tests.helpers import (
     wait_boot,
     wait_for,
 )
-from workers.reaper import resend_lost_resets, resend_stalled, resend_stalled_ejects
+from workers.reaper import (
+    resend_lost_resets,
+    resend_lost_start_checks,
+    resend_stalled,
+    resend_stalled_ejects,
+)
 from workers.watcher import STALE_MEDIA_TIMEOUTS, STALE_RESET_TIMEOUTS
 
 SID = "fleetfish-lab.ostest-master-0"
@@ -209,4 +214,64 @@ def test_an_eject_whose_message_was_lost_still_empties_the_drive(lab_factory):
         timeout=5,
     ).json()["spec"]["template"]["spec"]["volumes"]
     assert "cdrom" not in [v["name"] for v in volumes]
+    store.r.close()
+
+
+def test_only_a_start_left_unsettled_past_the_bound_is_checked_again(store):
+    _system(store, SID)
+    on = store.request_power(SID, "On")
+    store.r.hset(f"ff:task:{on['task']}", "vmi_before", "-")
+    started = store.follow_start(on["task"])
+    done = store.request_power(SID, "ForceOff")
+    store.follow_start(done["task"])
+    store.update_task(done["task"], state="Completed")
+    sent = []
+
+    def send(*args):
+        sent.append(args)
+
+    assert resend_lost_start_checks(store, send, stale_after=60) == []
+    store.r.zadd(KEY_STARTS, {on["task"]: started - 100, done["task"]: started - 100})
+    assert resend_lost_start_checks(store, send, stale_after=60) == [on["task"]]
+    # Sent with the start time, so the copy counts the bound from the start.
+    assert sent == [(SID, on["task"], "", started - 100)]
+    # The ended task is forgotten; the other was touched: not sent again within a period.
+    assert resend_lost_start_checks(store, send, stale_after=60) == []
+    assert store.r.zscore(KEY_STARTS, done["task"]) is None
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_a_start_check_whose_message_was_lost_still_ends_the_reset(lab_factory):
+    power_on_timeout = 5
+    stack = lab_factory(
+        vms=1,
+        import_seconds=1,
+        workers=1,
+        visibility_timeout=VISIBILITY,
+        extra_env={"FLEETFISH_POWER_ON_TIMEOUT": str(power_on_timeout)},
+    )
+    vm = lab_vm_names(1)[0]
+    sid = system_id(vm)
+    rf = Redfish(stack)
+    store = Store.from_url(stack.redis_url)
+    # A worker started the VM for this Reset and died; the power.verify it sent was lost
+    # (popped by a worker that was cut off): the task would stay Running for ever.
+    reset = store.request_power(sid, "On")
+    store.take_reset(reset["task"])
+    store.r.hset(f"ff:task:{reset['task']}", mapping={"vmi_before": "-", "state": "Running"})
+    store.follow_start(reset["task"])
+    requests.put(
+        f"{stack.kube_url}/apis/subresources.kubevirt.io/v1/namespaces/fleetfish-lab"
+        f"/virtualmachines/{vm}/start",
+        json={},
+        timeout=5,
+    ).raise_for_status()
+    stale = power_on_timeout + STALE_RESET_TIMEOUTS * VISIBILITY
+    task_uri = f"/redfish/v1/TaskService/Tasks/{reset['task']}"
+    wait_for(
+        lambda: rf.get(task_uri)["TaskState"] == "Completed", stale + 30, what="Reset task done"
+    )
+    assert rf.system(vm)["PowerState"] == "On"
+    assert store.unsettled_starts(float("inf")) == []
     store.r.close()
