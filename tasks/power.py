@@ -10,8 +10,9 @@ from celery import current_app, shared_task
 
 from fleetfish.mirror import split_system_id
 from fleetfish.store import ENDED_TASK_STATES, Store, key_task
+from tasks import canvas
 from workers import runtime
-from workers.kubevirt import Conflict, KubeError, Transient
+from workers.kubevirt import Conflict, KubeError, NotFound, Transient
 from workers.power import PowerError, run_power, start_blocker, vmi_running
 from workers.taskutil import reset_lock, retry_transient, single_delivery
 
@@ -29,8 +30,8 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
     if not task_id or not store.r.exists(key_task(task_id)):
         return  # no Redfish task to report on (expired)
     store.follow_start(task_id)
-    current_app.send_task(
-        "power.verify", args=(system_id, task_id, vmi_uid_before), countdown=START_CHECK_FIRST
+    canvas.power_verify(current_app, system_id, task_id, vmi_uid_before).apply_async(
+        countdown=START_CHECK_FIRST
     )
 
 
@@ -86,7 +87,7 @@ def _fail_start(system_id: str, task_id: str, reason: str, blocked_volume: str) 
     try:
         # Before the task ends: a Transient error here retries the whole check.
         kv.stop_vm(ns, name, grace_period=0)
-    except Conflict as exc:
+    except (Conflict, NotFound) as exc:  # already stopping, or the VM itself is gone
         log.info("stop after the failed power-on: %s", exc.message)
     store.end_inflight_task(system_id, task_id)
     store.start_followed(task_id)
@@ -148,6 +149,16 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
             _fail_start(system_id, task_id, reason, volume)
             return {"failed": reason}
     except Transient as exc:
-        raise retry_transient(self, exc, {"since": since, "transient": transient}) from None
+        err = retry_transient(self, exc, {"since": since, "transient": transient})
+        if err is exc:  # out of retries: the cluster cannot tell, and the task must end
+            store.fail_power_on(system_id, task_id, f"could not follow the start: {exc}")
+            store.start_followed(task_id)
+        raise err from None
+    except KubeError as exc:
+        log.error("following the start failed: %s", exc)
+        store.end_inflight_task(system_id, task_id)
+        store.fail_power_on(system_id, task_id, f"could not follow the start: {exc}")
+        store.start_followed(task_id)
+        return {"failed": str(exc)}
     delay = min(START_CHECK_MAX, max(1.0, waited / 4))
     raise self.retry(countdown=delay, kwargs={"since": since, "transient": 0})
