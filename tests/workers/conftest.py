@@ -113,13 +113,16 @@ class Lab:
         assert wait_for_port("127.0.0.1", port, 20), "ISO server did not start"
         self.iso_url = f"http://127.0.0.1:{port}"
 
-    def start_kubesim(self, vms: int = 3, import_seconds: float = 2.0) -> None:
+    def start_kubesim(
+        self, vms: int = 3, import_seconds: float = 2.0, start_seconds: float = 0.5
+    ) -> None:
         port = free_port()
         self.procs.spawn(
             "kubesim",
             [
                 sys.executable, "-m", "lab.kubesim", "--bind", "127.0.0.1", "--port", str(port),
                 "--vms", str(vms), "--import-seconds", str(import_seconds),
+                "--start-seconds", str(start_seconds),
             ],
             dict(os.environ, PYTHONUNBUFFERED="1"),
         )  # fmt: skip

@@ -133,3 +133,20 @@ def test_a_reset_sent_again_while_its_first_copy_runs_acts_once(lab):
     starts = [r for r in lab.kube("/lab/requests")["requests"] if r["path"].endswith("/start")]
     assert len(starts) == 1, starts
     assert len(lab.boots(VM0)) == 1
+
+
+def test_a_start_that_never_runs_is_stopped_and_reported_after_the_bound(lab):
+    # The cluster takes a minute to run a VMI (no node has room, an image pull stalls) and
+    # says nothing about why; the bound is 3 s.
+    lab.start_kubesim(vms=1, import_seconds=1, start_seconds=60)
+    lab.start_worker("w1", FLEETFISH_POWER_ON_TIMEOUT="3")
+    task, verdict = lab.reset(system(VM0), "On")
+    assert verdict == "run"
+    wait_for(lambda: printable(lab) == "Starting", 10, "Starting")
+    done = wait_for(lambda: lab.task_done(task), 30, "Reset On to end")
+    assert done["state"] == "Exception", done
+    assert "did not run within 3 s" in done["message"]
+    # Stopped, so it cannot boot later from whatever is there then; the system says why.
+    wait_for(lambda: printable(lab) == "Stopped", 30, "Stopped")
+    assert "did not run within 3 s" in lab.store.get_power(system(VM0))["error"]
+    assert lab.boots(VM0) == []
