@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -75,11 +76,14 @@ class EmbeddedRedis:
             cmd += ["--requirepass", self.password]
         return cmd
 
-    def start(self, timeout: float = 60.0) -> EmbeddedRedis:
+    def start(
+        self, timeout: float = 60.0, on_spawn: Callable[[], None] | None = None
+    ) -> EmbeddedRedis:
         """Start redis-server and return once it answers PING with its dataset loaded.
 
         A large AOF takes seconds to load (Redis answers LOADING meanwhile): that is waited
         for, up to ``timeout``. On any failure the process is stopped before raising.
+        ``on_spawn`` runs as soon as the process exists (the lab records its pid then).
         """
         deadline = time.monotonic() + timeout
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -91,6 +95,8 @@ class EmbeddedRedis:
             self.command(), stdin=subprocess.DEVNULL, start_new_session=True
         )
         try:
+            if on_spawn:
+                on_spawn()
             self._await_ready(deadline, timeout, log_offset)
         except BaseException:
             self.stop()
@@ -104,6 +110,8 @@ class EmbeddedRedis:
             password=self.password or None,
             socket_connect_timeout=1,
             socket_timeout=2,
+            # This loop is the retry: redis-py's own would hide LOADING behind its backoff.
+            retry=None,
         )
         state = "not listening"
         try:

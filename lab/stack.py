@@ -352,8 +352,7 @@ class LabStack:
                 ensure_free(port, setting, host)
             if not cfg.redis_url:
                 self.redis = EmbeddedRedis(cfg.var_dir / "redis", cfg.redis_port)
-                self.redis.start(timeout=max(1.0, deadline - time.monotonic()))
-                self._record()
+                self.redis.start(max(1.0, deadline - time.monotonic()), on_spawn=self._record)
             self._write_users_file()
             if cfg.tls:
                 from lab.tls import self_signed

@@ -286,3 +286,28 @@ def test_with_a_kubeconfig_the_lab_still_serves_its_iso_server(tmp_path, sim):
     finally:
         stack.stop()
     assert not listening(config.iso_port)
+
+
+def test_a_lab_killed_while_redis_loads_leaves_nothing_the_next_start_trips_on(tmp_path, labs):
+    env = lab_env(tmp_path / "var")
+    server = EmbeddedRedis(tmp_path / "var" / "redis", int(env["LAB_REDIS_PORT"])).start()
+    try:
+        redis_dataset.fill(server.url)
+    finally:
+        server.stop()
+    first = Lab(env, tmp_path / "first")
+    labs.append(first)
+    wait_for(lambda: "loading its dataset" in first.output(), START_SECONDS, what="Redis loading")
+    orphans = first.children()
+    first.seen += orphans.values()
+    assert any(name.startswith("redis-server") for name in orphans), sorted(orphans)
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.proc.wait(STOP_SECONDS)
+
+    second = Lab(env, tmp_path / "second")
+    labs.append(second)
+    second.wait_ready()
+    assert gone(orphans.values())
+    procs = second.children()
+    assert second.interrupt() == 0, second.output()
+    assert_nothing_left(second, procs)
