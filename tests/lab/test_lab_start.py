@@ -105,6 +105,7 @@ class Lab:
     def kill(self) -> None:
         """Teardown: the lab and whatever it started, even if a failed test left them running."""
         if self.proc.poll() is None:
+            self.children()  # what it runs now: its own sessions, killed one by one below
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(STOP_SECONDS)
         for proc in self.seen:
