@@ -20,9 +20,10 @@ CHECKED += ("Dockerfile",)
 # /tmp, /usr/bin, /var/run/secrets) are not host paths and stay allowed.
 HOST_ROOTS = ("work", "home", "root", "Users", "mnt", "media", "srv", "scratch", "shared")
 OUTSIDE = [
-    # An absolute host path: "/work/...", '/home/x', /root/ at a word start (not inside a URL
-    # path such as /redfish/v1/Systems/root/ or a relative one such as lab/work/).
-    re.compile(r"(?<![\w.~/-])/(?:" + "|".join(HOST_ROOTS) + r")(?=/|\b)"),
+    # An absolute host path: "/work/...", '/home/x', /root/ where a path starts (after a quote,
+    # a space, =, (, [, a comma or a colon), not inside a URL path such as
+    # /redfish/v1/Systems/root/, f"{base}/media/x" or a relative one such as lab/work/.
+    re.compile(r"""(?:^|(?<=[\s"'=(\[,:]))/(?:""" + "|".join(HOST_ROOTS) + r")(?=/|\b)"),
     # A sibling of the checkout: ../shared, "..", "shared", REPO.parent / "shared".
     re.compile(r"\.\./shared\b"),
     re.compile(r"""\.parent\s*/\s*["']shared["']"""),
@@ -84,6 +85,7 @@ token = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 volumeMounts: [{mountPath: /etc/fleetfish/users}, {mountPath: /tmp}, {mountPath: /data}]
 #!/usr/bin/env bash
 url = f"{base}/redfish/v1/Systems/root/VirtualMedia/work/"
+image = f"{iso_base}/media/{name}.iso"
 LAB_VAR_DIR = REPO / "var" / "lab" / "work"
 reference = "../reference/kubevirt-api.md"
 """
@@ -94,6 +96,7 @@ def test_the_rule_catches_the_old_bundle_lookup_and_spares_in_image_paths():
     for each in ('REPO.parent / "shared"', 'Path("/work/shared")', "FLEETFISH_SHARED_DIR"):
         assert outside_references(each), each
     assert outside_references("cd ../shared && ls") and outside_references('"/home/me/x"')
+    assert outside_references("  volumes: [/srv/iso:/iso]") and outside_references("cd /work")
     assert outside_references(ALLOWED) == []
 
 
