@@ -138,6 +138,9 @@ def register_error_handlers(app: Flask) -> None:
         )
 
     # Redis (state store and broker) unreachable or too slow: the caller may retry later.
+    # LOADING (a restarted Redis reading a large dataset) is the same for a caller; named
+    # here because redis-py makes it a ConnectionError only by its class hierarchy.
+    app.register_error_handler(redis.exceptions.BusyLoadingError, _unavailable)
     app.register_error_handler(redis.exceptions.ConnectionError, _unavailable)
     app.register_error_handler(redis.exceptions.TimeoutError, _unavailable)
     app.register_error_handler(kombu.exceptions.OperationalError, _unavailable)

@@ -25,6 +25,7 @@ def settings_help() -> str:
         ("LAB_API_WORKERS", d.api_workers, "gunicorn processes"),
         ("FLEETFISH_PORT", d.api_port, "API port (LAB_REDIS_PORT, LAB_KUBE_PORT, LAB_ISO_PORT, "
          "LAB_FLOWER_PORT: the others)"),
+        ("LAB_ISO_BIND", d.iso_bind, "ISO server address (0.0.0.0: reachable from a real cluster)"),
         ("LAB_VAR_DIR", "var/lab", "Redis data, credentials, kubeconfig, logs"),
         ("LAB_TLS", 0, "1 serves the API over HTTPS with a self-signed certificate"),
         ("FLEETFISH_WORKER_WATCH", 0, "1 runs the watcher as a thread of each worker"),
@@ -48,10 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     ).parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fleetfish.lab %(message)s")
     stop = threading.Event()
+    starting = True
 
     def request_stop(signum, _frame):
         log.info("received %s, stopping the lab", signal.Signals(signum).name)
+        first = not stop.is_set()
         stop.set()
+        if starting and first:
+            # Abandon the start now: start() stops what it started before this propagates.
+            raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
@@ -65,23 +71,28 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         stack.start(timeout=120)
+    except KeyboardInterrupt:
+        log.info("lab stopped before it was ready")
+        return 130
     except Exception as exc:  # noqa: BLE001 - report and exit non-zero, children already stopped
         log.error("the lab did not start: %s", exc)
         return 1
+    finally:
+        starting = False
     log.info("started in %.1f s; logs in %s", time.monotonic() - started, stack.logs_dir)
     print(stack.ready_line(), flush=True)
     try:
+        reported: set[str] = set()
         while not stop.wait(1.0):
-            for name, proc in list(stack.procs.items()):
-                if proc.poll() is not None:
-                    log.error(
-                        "%s exited with %s (log: %s/%s.log)",
-                        name,
-                        proc.returncode,
-                        stack.logs_dir,
-                        name,
+            for name, status in stack.exited().items():
+                if name not in reported:
+                    where = (
+                        stack.redis.data_dir / "redis.log"
+                        if name == "redis"
+                        else (stack.logs_dir / f"{name}.log")
                     )
-                    stack.procs.pop(name)
+                    log.error("%s exited with %s (log: %s)", name, status, where)
+                    reported.add(name)
     finally:
         stack.stop()
         log.info("lab stopped")

@@ -1,9 +1,11 @@
 """Starts and stops the whole fleetfish stack as separate processes: used by `make lab` and tests.
 
-Redis (embedded unless REDIS_URL is set), the KubeVirt simulator and ISO server (unless a
-KUBECONFIG selects a real cluster), the API under gunicorn, LAB_WORKERS Celery workers, the
+Redis (embedded unless REDIS_URL is set), the KubeVirt simulator (unless a KUBECONFIG selects
+a real cluster), the ISO server, the API under gunicorn, LAB_WORKERS Celery workers, the
 watcher and Flower. Every process gets its own session so a terminal's Ctrl-C reaches only the
-lab, which then stops its children in order.
+lab, which then stops its children in order. The lab binds only ports that are free when it
+starts, and records what it started in ``<var dir>/lab.pids``, so a lab killed with SIGKILL
+leaves nothing the next start cannot stop.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from pathlib import Path
 
 import requests
 
-from lab.ports import free_port, wait_for_port
+from lab.pidfile import LabPidFile
+from lab.ports import ensure_free, free_port, listens, wait_for_port
 from lab.redis_embedded import EmbeddedRedis
 
 log = logging.getLogger("fleetfish.lab")
@@ -60,6 +63,7 @@ class LabConfig:
     api_port: int = 8000
     kube_port: int = 18080
     iso_port: int = 18081
+    iso_bind: str = "127.0.0.1"  # 0.0.0.0 lets a real cluster's CDI importer fetch the images
     flower_port: int = 5555
     redis_port: int = 16379
     redis_url: str = ""  # external Redis; empty = embedded
@@ -84,6 +88,7 @@ class LabConfig:
             api_port=_env_int("FLEETFISH_PORT", cls.api_port),
             kube_port=_env_int("LAB_KUBE_PORT", cls.kube_port),
             iso_port=_env_int("LAB_ISO_PORT", cls.iso_port),
+            iso_bind=os.environ.get("LAB_ISO_BIND", "") or cls.iso_bind,
             flower_port=_env_int("LAB_FLOWER_PORT", cls.flower_port),
             redis_port=_env_int("LAB_REDIS_PORT", cls.redis_port),
             redis_url=os.environ.get("REDIS_URL", ""),
@@ -186,6 +191,7 @@ class LabStack:
         self.password = ""
         self.logs_dir = config.var_dir / "logs"
         self._log_files: list = []
+        self.pidfile = LabPidFile(config.var_dir / "lab.pids")
 
     # -- addresses ---------------------------------------------------------------------------
 
@@ -200,7 +206,8 @@ class LabStack:
 
     @property
     def iso_url(self) -> str:
-        return f"http://127.0.0.1:{self.config.iso_port}"
+        host = "127.0.0.1" if self.config.iso_bind == "0.0.0.0" else self.config.iso_bind
+        return f"http://{host}:{self.config.iso_port}"
 
     @property
     def flower_url(self) -> str:
@@ -220,7 +227,7 @@ class LabStack:
 
     def ready_line(self) -> str:
         kube = self.kube_url if self.simulated else f"kubeconfig={self.config.kubeconfig}"
-        iso = f"{self.iso_url}/images/lab-boot.iso" if self.simulated else "(none: real cluster)"
+        iso = f"{self.iso_url}/images/lab-boot.iso"
         flower = self.flower_url if self.config.flower else "(disabled)"
         return (
             f"fleetfish lab ready: redfish={self.redfish_url}/redfish/v1/ "
@@ -288,6 +295,8 @@ class LabStack:
             env["FLEETFISH_KUBECONFIG"] = str(cfg.var_dir / "kubeconfig")
             env["FLEETFISH_NAMESPACES"] = LAB_NAMESPACE
             env.pop("KUBECONFIG", None)
+        else:
+            env["KUBECONFIG"] = cfg.kubeconfig
         env.update(cfg.extra_env)
         return env
 
@@ -305,8 +314,28 @@ class LabStack:
             start_new_session=True,
         )
         self.procs[name] = proc
+        self._record()
         log.info("started %s (pid %s), log %s", name, proc.pid, log_path)
         return proc
+
+    def _record(self) -> None:
+        pids = {name: proc.pid for name, proc in self.procs.items()}
+        if self.redis and self.redis.proc:
+            pids["redis"] = self.redis.proc.pid
+        self.pidfile.write(pids)
+
+    def ports(self) -> list[tuple[int, str, str]]:
+        """(port, the setting that chooses it, bind address) of every port the lab will bind."""
+        cfg = self.config
+        wanted = [(cfg.api_port, "FLEETFISH_PORT", "127.0.0.1")]
+        if not cfg.redis_url:
+            wanted.append((cfg.redis_port, "LAB_REDIS_PORT", "127.0.0.1"))
+        if self.simulated:
+            wanted.append((cfg.kube_port, "LAB_KUBE_PORT", "127.0.0.1"))
+        wanted.append((cfg.iso_port, "LAB_ISO_PORT", cfg.iso_bind))
+        if cfg.flower:
+            wanted.append((cfg.flower_port, "LAB_FLOWER_PORT", "127.0.0.1"))
+        return wanted
 
     def worker_command(self, index: int) -> list[str]:
         return worker_command(index, self.config.worker_concurrency)
@@ -316,19 +345,24 @@ class LabStack:
         cfg.var_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + timeout
+        # Another lab on this var dir is refused; what a killed one left running is stopped.
+        self.pidfile.claim()
         try:
+            for port, setting, host in self.ports():
+                ensure_free(port, setting, host)
             if not cfg.redis_url:
-                self.redis = EmbeddedRedis(cfg.var_dir / "redis", cfg.redis_port).start()
+                self.redis = EmbeddedRedis(cfg.var_dir / "redis", cfg.redis_port)
+                self.redis.start(max(1.0, deadline - time.monotonic()), on_spawn=self._record)
             self._write_users_file()
             if cfg.tls:
                 from lab.tls import self_signed
 
                 self_signed(cfg.var_dir / "tls")
+            self._spawn(
+                "isoserver", isoserver_command(cfg.iso_bind, cfg.iso_port, cfg.iso_size_mib)
+            )
             if self.simulated:
                 self._write_kubeconfig()
-                self._spawn(
-                    "isoserver", isoserver_command("127.0.0.1", cfg.iso_port, cfg.iso_size_mib)
-                )
                 self._spawn(
                     "kubesim",
                     kubesim_command(
@@ -336,7 +370,7 @@ class LabStack:
                     ),
                 )
                 self._await_port("kubesim", cfg.kube_port, deadline)
-                self._await_port("isoserver", cfg.iso_port, deadline)
+            self._await_port("isoserver", cfg.iso_port, deadline)
             for i in range(cfg.workers):
                 self._spawn(f"worker{i}", self.worker_command(i))
             if not cfg.watcher_in_workers:
@@ -359,6 +393,7 @@ class LabStack:
                         "--persistent=False",
                     ],
                 )
+            self._await_port("api", cfg.api_port, deadline)
             self._await_api(deadline)
             self._await_mirror(deadline)
             self._await_workers(cfg.workers, deadline)
@@ -371,17 +406,31 @@ class LabStack:
 
     # -- readiness ---------------------------------------------------------------------------
 
+    def exited(self) -> dict[str, int]:
+        """Name -> exit status of every process of the lab that is no longer running."""
+        gone = {
+            name: proc.returncode for name, proc in self.procs.items() if proc.poll() is not None
+        }
+        if self.redis and self.redis.proc and self.redis.proc.poll() is not None:
+            gone["redis"] = self.redis.proc.returncode
+        return gone
+
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
                 tail = (self.logs_dir / f"{name}.log").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"{name} exited with {proc.returncode} during start:\n{tail}")
+        if self.redis and not self.redis.running:
+            raise RuntimeError(f"redis-server exited during start (log: {self.redis.data_dir})")
 
     def _await_port(self, name: str, port: int, deadline: float) -> None:
+        """Our process listens on ``port`` (someone else answering there does not count)."""
+        proc = self.procs[name]
         while time.monotonic() < deadline:
             self._check_alive()
-            if wait_for_port("127.0.0.1", port, 0.5):
+            if wait_for_port("127.0.0.1", port, 0.5) and listens(proc.pid, port):
                 return
+            time.sleep(0.05)
         raise TimeoutError(f"{name} did not listen on {port}")
 
     def _await_api(self, deadline: float) -> None:
@@ -492,6 +541,7 @@ class LabStack:
         if self.redis:
             self.redis.stop()
             self.redis = None
+        self.pidfile.release()
         for handle in self._log_files:
             handle.close()
         self._log_files.clear()

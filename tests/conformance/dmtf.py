@@ -17,23 +17,10 @@ from pathlib import Path
 from lab.stack import LabConfig, LabStack
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _shared_redfish() -> Path:
-    """The DMTF schema/profile bundle: ../shared next to the checkout, wherever it is cloned."""
-    candidates = (
-        [Path(os.environ["FLEETFISH_SHARED_DIR"])] if "FLEETFISH_SHARED_DIR" in os.environ else []
-    )
-    candidates += [REPO.parent / "shared", Path("/work/shared")]
-    for candidate in candidates:
-        if (candidate / "redfish" / "csdl").is_dir():
-            return candidate / "redfish"
-    raise FileNotFoundError(f"no shared/redfish bundle in {[str(c) for c in candidates]}")
-
-
-SHARED = _shared_redfish()
+# The schema and profile files the validators read, vendored (README.md there says from where).
+DATA = Path(__file__).resolve().parent / "redfish"
 BIN = Path(sys.executable).parent
-PROFILE = SHARED / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
+PROFILE = DATA / "profiles" / "OpenStackIronicProfile.v1_2_0.json"
 
 
 def start_lab(out: Path, tls: bool = False) -> LabStack:
@@ -95,7 +82,7 @@ def run_service(stack: LabStack, out: Path) -> dict:
         out,
         "rf_service_validator",
         "service",
-        ["--skipschema", "--schema_directory", str(SHARED / "csdl")],
+        ["--skipschema", "--schema_directory", str(DATA / "csdl")],
     )
 
 

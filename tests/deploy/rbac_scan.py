@@ -1,8 +1,9 @@
 """Derive the Kubernetes RBAC (resource, verb) pairs a client module needs from its source.
 
-Static and deliberately over-approximating: a plural passed through a parameter that cannot be
-traced to a constant counts as every plural the module defines, so the Role check errs towards
-asking for a rule rather than missing one.
+Static and over-approximating only where it must: a plural passed through a parameter that
+cannot be traced to a constant counts as every plural the module defines, narrowed to the API
+group the call names (``*KUBEVIRT``) when it names one. The Role check compares both ways, so
+a rule the scan cannot justify is as much a failure as one it finds missing.
 """
 
 from __future__ import annotations
@@ -56,6 +57,30 @@ def _constants(tree: ast.Module) -> dict[str, str]:
     return found
 
 
+def _group_tuples(tree: ast.Module) -> dict[str, str]:
+    """Module constants like ``KUBEVIRT = ("kubevirt.io", "v1")``: name -> API group."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple):
+            first = node.value.elts[0] if node.value.elts else None
+            if isinstance(first, ast.Constant) and first.value in PLURAL_GROUPS.values():
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found[target.id] = first.value
+    return found
+
+
+def _named_groups(func: ast.AST, group_tuples: dict[str, str]) -> set[str]:
+    """API groups a function passes as ``*GROUP_VERSION`` to the client."""
+    return {
+        group_tuples[n.value.id]
+        for n in ast.walk(func)
+        if isinstance(n, ast.Starred)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in group_tuples
+    }
+
+
 def _plural(node: ast.AST, consts: dict[str, str]) -> str | None:
     value = None
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
@@ -99,6 +124,7 @@ def derive_rules(source: str, callers: list[str] = ()) -> set[Rule]:
     searched for the constants they pass to its methods (e.g. the watcher's ``watch(VM_PLURAL)``)."""
     tree = ast.parse(source)
     consts = _constants(tree)
+    group_tuples = _group_tuples(tree)
     all_plurals = {v for v in consts.values() if v in PLURAL_GROUPS}
     functions = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
     # Which plurals reach each function parameter: from call sites here and in the callers.
@@ -158,6 +184,10 @@ def derive_rules(source: str, callers: list[str] = ()) -> set[Rule]:
                     # A bound method handed to watch.stream(): the plural is one of this
                     # function's parameters (or, untraceable, any plural).
                     plurals = {p for param in params for p in resolve(fname, param)} or all_plurals
+                # list_namespaced_custom_object(*KUBEVIRT, ...) reaches no CDI plural.
+                groups = _named_groups(func, group_tuples)
+                if groups:
+                    plurals = {p for p in plurals if PLURAL_GROUPS[p] in groups}
             else:
                 plurals = {_snake_plural(kind)}
             verbs = {verb}

@@ -1,31 +1,21 @@
-"""The ClusterRole grants what workers/kubevirt.py calls, and nothing beyond the documented set."""
+"""The ClusterRole grants exactly the Kubernetes calls the code makes: nothing missing, nothing extra."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from deploy_support import K8S, ROOT, load_docs
 from rbac_scan import derive_from_files, derive_rules, role_rules
 
-KUBEVIRT_MODULE = ROOT / "workers" / "kubevirt.py"
-# The least-privilege contract (docs/install-kubernetes.md): exactly these, no wildcard.
-ALLOWED = {
-    *(("kubevirt.io", "virtualmachines", v) for v in ("get", "list", "watch", "update", "patch")),
-    *(("kubevirt.io", "virtualmachineinstances", v) for v in ("get", "list", "watch")),
-    *(
-        ("subresources.kubevirt.io", f"virtualmachines/{s}", "update")
-        for s in ("start", "stop", "restart")
-    ),
-    *(
-        ("subresources.kubevirt.io", f"virtualmachineinstances/{s}", "update")
-        for s in ("pause", "unpause", "softreboot", "reset")
-    ),
-    *(("cdi.kubevirt.io", "datavolumes", v) for v in ("create", "get", "list", "watch", "delete")),
-    *(("", "persistentvolumeclaims", v) for v in ("get", "list")),
-    # InsertMedia with UserName/Password: the worker keeps them in a Secret next to the
-    # DataVolume (CDI's secretRef) and deletes it with the DataVolume. No get/list: it never
-    # reads a Secret back.
-    *(("", "secrets", v) for v in ("create", "update", "delete")),
-}
+# Every module that may talk to Kubernetes, and the modules that call them.
+CODE_DIRS = ("app", "workers", "tasks", "fleetfish")
+IMPORTS_KUBERNETES = re.compile(r"^\s*(?:from|import) kubernetes\b", re.M)
+
+
+def client_modules() -> tuple[list, list]:
+    files = sorted(p for d in CODE_DIRS for p in (ROOT / d).rglob("*.py"))
+    return [p for p in files if IMPORTS_KUBERNETES.search(p.read_text())], files
 
 
 @pytest.fixture(scope="module")
@@ -34,25 +24,32 @@ def granted() -> set:
     return role_rules(role)
 
 
-def test_role_is_exactly_the_least_privilege_set(granted):
-    assert granted == ALLOWED
-    assert not any("*" in part for rule in granted for part in rule)
-
-
-def test_role_covers_every_call_the_kubevirt_adapter_makes(granted):
-    if not KUBEVIRT_MODULE.exists():
-        pytest.skip("workers/kubevirt.py not written yet: cannot derive the RBAC it needs")
-    callers = [p for p in (ROOT / "workers").glob("*.py") if p != KUBEVIRT_MODULE]
-    callers += list((ROOT / "tasks").glob("*.py"))
-    needed = derive_from_files(KUBEVIRT_MODULE, callers)
+@pytest.fixture(scope="module")
+def needed() -> set:
+    clients, files = client_modules()
+    assert ROOT / "workers" / "kubevirt.py" in clients, "the Kubernetes adapter was not found"
+    rules: set = set()
+    for module in clients:
+        rules |= derive_from_files(module, [p for p in files if p != module])
     # The scan must find the adapter's core calls, or it silently checks nothing.
     assert {
         ("kubevirt.io", "virtualmachines", "get"),
+        ("kubevirt.io", "virtualmachines", "watch"),
         ("cdi.kubevirt.io", "datavolumes", "create"),
         ("subresources.kubevirt.io", "virtualmachines/start", "update"),
-    } <= needed, f"scanner found only {sorted(needed)}"
+    } <= rules, f"scanner found only {sorted(rules)}"
+    return rules
+
+
+def test_role_covers_every_call_the_code_makes(granted, needed):
     missing = needed - granted
     assert not missing, f"k8s/base/rbac.yaml lacks {sorted(missing)}"
+
+
+def test_role_grants_nothing_the_code_does_not_call(granted, needed):
+    extra = granted - needed
+    assert not extra, f"k8s/base/rbac.yaml grants {sorted(extra)}, which no code calls"
+    assert not any("*" in part for rule in granted for part in rule)
 
 
 SAMPLE = """
@@ -110,13 +107,22 @@ def test_scanner_reads_calls_through_helpers_and_callers():
         ("kubevirt.io", "virtualmachines", "watch"),
         ("subresources.kubevirt.io", "virtualmachineinstances/migrate", "update"),
     }
-    # migrate is not granted: the Role check would fail for such an adapter.
-    assert not rules <= ALLOWED
+    # migrate is not in the lab's role: the Role check would fail for such an adapter.
+    assert ("subresources.kubevirt.io", "virtualmachineinstances/migrate", "update") in rules
 
 
-def test_scanner_assumes_every_plural_when_it_cannot_trace_one():
+def test_scanner_assumes_every_plural_of_the_named_group_when_it_cannot_trace_one():
     rules = derive_rules(SAMPLE, [])
     assert {
         ("kubevirt.io", p, "watch") for p in ("virtualmachines", "virtualmachineinstances")
     } <= rules
-    assert ("cdi.kubevirt.io", "datavolumes", "watch") in rules
+    # watch() passes *KUBEVIRT: no CDI plural can reach it.
+    assert ("cdi.kubevirt.io", "datavolumes", "watch") not in rules
+
+
+def test_scanner_reads_core_calls_a_new_caller_adds():
+    source = SAMPLE + (
+        "\n    def drop_pvc(self, ns, name):\n"
+        "        return self.core.delete_namespaced_persistent_volume_claim(name, ns)\n"
+    )
+    assert ("", "persistentvolumeclaims", "delete") in derive_rules(source, [])

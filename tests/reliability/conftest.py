@@ -27,7 +27,7 @@ def lab_factory(tmp_path_factory):
             try:
                 stack = LabStack(config).start(timeout=90)
             except (RuntimeError, TimeoutError) as exc:
-                if "Address already in use" not in str(exc) or attempt == START_ATTEMPTS - 1:
+                if "already in use" not in str(exc) or attempt == START_ATTEMPTS - 1:
                     raise
                 continue
             stacks.append(stack)
