@@ -9,6 +9,7 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:mediacred:{id}:{dev}`` HASH, image fetch credentials; never rendered by the API
 ``ff:power:{id}``           HASH, deferred and in-flight power actions, ``last_request``: task
                             of the latest Reset, InsertMedia or EjectMedia of the system,
+                            ``last_reset``: task of the latest Reset,
                             ``error``/``error_at``: why the last power-on never ran the VM
 ``ff:boot:{id}``            HASH, requested boot override (``enabled``, ``target``, ``mode``)
 ``ff:task:{tid}``           HASH, one Redfish Task (see ``TASK_FIELDS``), expiring
@@ -215,7 +216,7 @@ if action ~= '' then
     redis.call('HSET', TASK_PREFIX .. dtask, 'state', 'Running', 'message', '')
     queue_reset(dtask, ARGV[6], KEYS[6], ARGV[4])
     -- Sent on behalf of this eject: it is the system's latest request.
-    redis.call('HSET', KEYS[4], 'last_request', dtask)
+    redis.call('HSET', KEYS[4], 'last_request', dtask, 'last_reset', dtask)
   end
 end
 if prev_dv ~= '' or was_pending == 1 then
@@ -244,7 +245,7 @@ local why = 'Cancelled by Reset ' .. ARGV[6] .. ' (task ' .. ARGV[1] .. ')'
 local verdict, cancelled = 'run', ''
 local defer = ARGV[10] == '1'
 local is_on, is_off = member(ARGV[7], ARGV[6]), member(ARGV[8], ARGV[6])
-redis.call('HSET', KEYS[4], 'last_request', ARGV[1])
+redis.call('HSET', KEYS[4], 'last_request', ARGV[1], 'last_reset', ARGV[1])
 -- A new Reset is the operator's answer to a failed power-on: the system's error ends here.
 redis.call('HDEL', KEYS[4], 'error', 'error_at')
 if defer and is_on and (pending or deferred ~= '') then
@@ -279,12 +280,12 @@ if not ENDED[state] then redis.call('HSETNX', KEYS[1], 'picked', ARGV[2]) end
 return state
 """)
 
-# KEYS: task, resets. ARGV: task id, now, sent before (epoch). A Reset still in ``ff:resets``
-# since before "sent before" lost its message. Returns {verdict, system, action, celery id or
-# superseding task}: 'resend' (touched now: the next try waits another period), 'superseded'
-# (a later Reset or media request of the system was recorded: the client moved on, and the old
-# action would land out of order, so it ends Cancelled), 'done' (taken or ended meanwhile) or
-# 'fresh' (sent again since).
+# KEYS: task, resets. ARGV: task id, now, sent before (epoch), off-actions csv. A Reset still
+# in ``ff:resets`` since before "sent before" lost its message. Returns {verdict, system,
+# action, celery id or superseding task}: 'resend' (touched now: the next try waits another
+# period), 'superseded' (a later Reset of the system, or for a power-on any later request, was
+# recorded: the client moved on, and the old action would land out of order, so it ends
+# Cancelled), 'done' (taken or ended meanwhile) or 'fresh' (sent again since).
 _RESEND_RESET = _with_task_lua("""
 local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if not score or tonumber(score) > tonumber(ARGV[3]) then return {'fresh', '', '', ''} end
@@ -295,7 +296,13 @@ if not state or ENDED[state] or redis.call('HEXISTS', KEYS[1], 'picked') == 1 th
 end
 local system = redis.call('HGET', KEYS[1], 'system') or ''
 local action = redis.call('HGET', KEYS[1], 'action') or ''
-local latest = redis.call('HGET', POWER_PREFIX .. system, 'last_request') or ''
+-- A power-off is out of order only behind a later Reset: the EjectMedia and InsertMedia that
+-- Ironic sends right after a ForceOff change no power state. A power-on is behind any later
+-- request (it would start the node while the next ISO is still importing).
+local is_off = false
+for item in string.gmatch(ARGV[4], '([^,]+)') do if item == action then is_off = true end end
+local field = is_off and 'last_reset' or 'last_request'
+local latest = redis.call('HGET', POWER_PREFIX .. system, field) or ''
 if latest ~= '' and latest ~= ARGV[1] then
   end_task(ARGV[1], 'Cancelled', 'Warning',
     'Superseded by task ' .. latest .. ' before any worker took it',
@@ -650,7 +657,7 @@ class Store:
         comes with ``system``, ``action`` and the ``celery_id`` to send it under again."""
         verdict, system_id, action, extra = self._resend_reset(
             keys=[key_task(task_id), KEY_RESETS],
-            args=[task_id, str(time.time()), str(sent_before)],
+            args=[task_id, str(time.time()), str(sent_before), ",".join(OFF_ACTIONS)],
         )
         result = {"verdict": _s(verdict), "system": _s(system_id), "action": _s(action)}
         result["superseded_by" if result["verdict"] == "superseded" else "celery_id"] = _s(extra)

@@ -20,9 +20,11 @@ Reset: the Redfish task stays Running and the node never changes state. A Reset 
 ``stale_after`` seconds is sent again under the same Celery id, so a copy racing a slow
 original is dropped by the one-run-per-delivery guard, and a worker that took it (alive or
 killed: its message is then unacked and comes back by itself) is never doubled. A Reset
-followed meanwhile by another Reset, InsertMedia or EjectMedia of the same system is cancelled
-instead: the client moved on, and the old action would land out of order (an old ForceOff
-after the newer On, an old On while the next ISO is still importing). A Reset deferred behind
+followed meanwhile by another Reset of the same system, or a power-on followed by an
+InsertMedia or EjectMedia, is cancelled instead: the client moved on, and the old action would
+land out of order (an old ForceOff after the newer On, an old On while the next ISO is still
+importing). A power-off followed only by media requests still runs: Ironic sends ForceOff and
+EjectMedia back to back, and the eject changes no power state. A Reset deferred behind
 media is not in ``ff:resets``: the media chord releases it.
 
 Start check: the Reset task stays Running and the node may show PoweringOn. A start whose

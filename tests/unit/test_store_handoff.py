@@ -218,3 +218,18 @@ def test_a_settled_power_on_stops_showing_in_flight_before_its_body_is_redeliver
     store.end_inflight_task("ns.vm", on["task"])
     assert "inflight" not in store.get_power("ns.vm")
     assert store.release_deferred("ns.vm", "Cd", ins["gen"], "body-1")["verdict"] == "none"
+
+
+def test_a_lost_power_off_followed_only_by_media_requests_is_still_sent_again(store):
+    """Ironic sends ForceOff and EjectMedia back to back: an eject changes no power state, so
+    a lost ForceOff must still happen (the soak's "never off": the reaper cancelled it)."""
+    off = store.request_power("ns.vm", "ForceOff")
+    store.begin_eject("ns.vm", "Cd")
+    store.begin_insert("ns.vm", "Cd", "http://iso/next.iso")
+    store.r.zadd(KEY_RESETS, {off["task"]: 1.0})
+    assert store.resend_reset(off["task"], sent_before=100.0)["verdict"] == "resend"
+    # A power-on after media requests would land out of order: it is still cancelled.
+    on = store.request_power("ns.vm", "On", defer=False)
+    store.begin_insert("ns.vm", "Cd", "http://iso/other.iso")
+    store.r.zadd(KEY_RESETS, {on["task"]: 1.0})
+    assert store.resend_reset(on["task"], sent_before=100.0)["verdict"] == "superseded"
