@@ -39,6 +39,11 @@ class Settings:
     label_selector: str = ""
     # Media pipeline
     image_allowlist: tuple[str, ...] = ()
+    # Without an allow-list, refused on top of the built-in ones (fleetfish/image_policy.py):
+    # Flower, other internal services, the cluster's service and pod CIDRs.
+    image_deny: tuple[str, ...] = ()
+    # Set by the kubelet in every pod: the cluster API's service address, refused as an image host.
+    kubernetes_service_host: str = ""
     import_timeout: int = 1800
     import_poll_seconds: float = 1.0
     # Polls of a long import space out up to this, aiming at half its estimated remaining time.
@@ -74,6 +79,8 @@ class Settings:
             namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
             label_selector=e.get("FLEETFISH_LABEL_SELECTOR", ""),
             image_allowlist=_list(e.get("FLEETFISH_IMAGE_ALLOWLIST")),
+            image_deny=_list(e.get("FLEETFISH_IMAGE_DENY")),
+            kubernetes_service_host=e.get("KUBERNETES_SERVICE_HOST", ""),
             import_timeout=int(e.get("FLEETFISH_IMPORT_TIMEOUT", cls.import_timeout)),
             import_poll_seconds=float(
                 e.get("FLEETFISH_IMPORT_POLL_SECONDS", cls.import_poll_seconds)
