@@ -219,6 +219,16 @@ def check_password(name: str, password: str) -> User | None:
     return user
 
 
+def plain_http_refused() -> RedfishError:
+    """FLEETFISH_REQUIRE_TLS is set and credentials came (or would come) over plain HTTP."""
+    error = RedfishError(403, "AccessDenied", [request.base_url])
+    error.messages[0]["Resolution"] = (
+        "This service accepts credentials over HTTPS only (FLEETFISH_REQUIRE_TLS). "
+        "Use an https:// URL."
+    )
+    return error
+
+
 def current_user() -> User:
     return g.user
 
@@ -228,7 +238,13 @@ def install(app: Flask) -> None:
     def _authenticate():
         g.user = None
         g.session_id = None
-        if request.path in OPEN_PATHS or (request.path in LOGIN_PATHS and request.method == "POST"):
+        if request.path in OPEN_PATHS:
+            return
+        # request.is_secure: TLS in gunicorn, or X-Forwarded-Proto from a proxy gunicorn trusts
+        # (FORWARDED_ALLOW_IPS); the app itself trusts no forwarded header.
+        if current_app.extensions["fleetfish.settings"].require_tls and not request.is_secure:
+            raise plain_http_refused()
+        if request.path in LOGIN_PATHS and request.method == "POST":
             return
         users: UserDB = current_app.extensions["fleetfish.users"]
         token = request.headers.get("X-Auth-Token")

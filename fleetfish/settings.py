@@ -32,6 +32,8 @@ class Settings:
     session_timeout: int = 1800
     tls_cert: str = ""
     tls_key: str = ""
+    # Refuse credentials (Basic, session login, tokens) on requests that did not come over HTTPS.
+    require_tls: bool = False
     max_body_bytes: int = 64 * 1024
     # Cluster selection (workers and watcher)
     kubeconfig: str = ""
@@ -74,6 +76,7 @@ class Settings:
             session_timeout=int(e.get("FLEETFISH_SESSION_TIMEOUT", cls.session_timeout)),
             tls_cert=e.get("FLEETFISH_TLS_CERT", ""),
             tls_key=e.get("FLEETFISH_TLS_KEY", ""),
+            require_tls=_bool(e.get("FLEETFISH_REQUIRE_TLS"), False),
             max_body_bytes=int(e.get("FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes)),
             kubeconfig=e.get("FLEETFISH_KUBECONFIG") or e.get("KUBECONFIG", ""),
             namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
