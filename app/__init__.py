@@ -10,6 +10,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from app import auth, errors, metrics, protocol
+from app.bcrypt_budget import BcryptBudget
 from app.dispatch import make_celery
 from app.resources import (
     account_service,
@@ -52,6 +53,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
     app.extensions["fleetfish.lockout"] = Lockout(client)
+    app.extensions["fleetfish.bcrypt_budget"] = BcryptBudget()
 
     # Order matters: metrics time everything, protocol checks, then auth, then the resources.
     app.extensions["fleetfish.metrics"] = metrics.install(app)

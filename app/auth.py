@@ -21,6 +21,7 @@ import bcrypt
 import yaml
 from flask import Flask, current_app, g, request
 
+from app.bcrypt_budget import BcryptBudget
 from app.errors import RedfishError
 from app.scope import Scope
 
@@ -206,14 +207,24 @@ def check_password(name: str, password: str) -> User | None:
         user = users.cached(name, password)
         if user is not None:
             return user
-    if lockout.locked(name):
+    # The peer address as gunicorn saw it: behind a proxy, every client shares the proxy's.
+    address = request.remote_addr or ""
+    if lockout.locked(name, address):
         lockout.forget(name)
-        log.info("login refused for locked-out user %r", name)
+        log.info("login refused for locked-out user %r or address %s", name, address)
         return None
-    user = users.verify(name, password)
+    budget: BcryptBudget = ext["fleetfish.bcrypt_budget"]
+    if not budget.available() and users.cached(name, password) is None:
+        retry = budget.retry_after()
+        log.info("password checks over budget: login for %r from %s deferred", name, address)
+        raise RedfishError(
+            503, "ServiceTemporarilyUnavailable", [retry], headers={"Retry-After": str(retry)}
+        )
+    with budget.spending():
+        user = users.verify(name, password)
     if user is None:
-        if lockout.failed(name):
-            log.warning("user %r locked out after repeated failed logins", name)
+        for locked in lockout.failed(name, address):
+            log.warning("%s locked out after repeated failed logins", locked)
         return None
     lockout.remember_clear(name)
     return user
