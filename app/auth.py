@@ -162,6 +162,15 @@ class UserDB:
             return None
         return user if hmac.compare_digest(cached[0], self._digest(name, password, user)) else None
 
+    def verified_before(self, name: str, password: str) -> bool:
+        """These exact credentials were verified in this process since the users file last
+        changed, however long ago (the cache entry outlives CACHE_TTL for this purpose)."""
+        user = self.get(name)
+        cached = self._cache.get(name)
+        if user is None or not cached:
+            return False
+        return hmac.compare_digest(cached[0], self._digest(name, password, user))
+
     def verify(self, name: str, password: str) -> User | None:
         hit = self.cached(name, password)
         if hit is not None:
@@ -214,11 +223,14 @@ def check_password(name: str, password: str) -> User | None:
         log.info("login refused for locked-out user %r or address %s", name, address)
         return None
     budget: BcryptBudget = ext["fleetfish.bcrypt_budget"]
-    if not budget.available() and users.cached(name, password) is None:
+    # Over budget, only credentials this process verified before are checked: a flood of
+    # guesses (known names or not) waits, the users who logged in before do not.
+    if not budget.available() and not users.verified_before(name, password):
         retry = budget.retry_after()
         log.info("password checks over budget: login for %r from %s deferred", name, address)
+        # 429: a limit on password checks, not an outage; the Base message says when to retry.
         raise RedfishError(
-            503, "ServiceTemporarilyUnavailable", [retry], headers={"Retry-After": str(retry)}
+            429, "ServiceTemporarilyUnavailable", [retry], headers={"Retry-After": str(retry)}
         )
     with budget.spending():
         user = users.verify(name, password)

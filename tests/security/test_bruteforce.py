@@ -27,10 +27,9 @@ def _from(address: str) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture
-def client(app, monkeypatch):
-    """The API with a budget that never runs out (time stands still for it), and a cost-4
-    dummy hash for unknown names: these tests count checks, they do not time them."""
-    app.extensions["fleetfish.bcrypt_budget"] = BcryptBudget(clock=lambda: 0.0)
+def client(app, unbounded_bcrypt, monkeypatch):
+    """The API with a budget that never runs out, and a cost-4 dummy hash for unknown names:
+    the lock-out tests count checks, they do not time them."""
     monkeypatch.setattr(auth, "_DUMMY_HASH", bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)))
     return app.test_client()
 
@@ -120,9 +119,9 @@ def test_a_flood_of_new_credentials_is_deferred_while_verified_ones_keep_working
     for i in range(100):
         resp = client.get(SYS_URI, headers=_basic(f"ghost-{i}", "guess"), **_from(f"203.0.113.{i}"))
         answers.append(resp.status_code)
-        if resp.status_code == 503:
+        if resp.status_code == 429:
             break
-    assert answers[-1] == 503 and set(answers[:-1]) == {401}, answers
+    assert answers[-1] == 429 and set(answers[:-1]) == {401}, answers
     # Checks run at most at half the time: the burst, then the share of the time they took.
     budget = BcryptBudget()
     assert len(calls) * CHECK_SECONDS * (1 - budget.share) <= budget.burst + CHECK_SECONDS
@@ -136,9 +135,25 @@ def test_a_flood_of_new_credentials_is_deferred_while_verified_ones_keep_working
     assert len(calls) == checked
     # A new login waits for the budget to refill.
     login = {"UserName": "viewer", "Password": PASSWORDS["viewer"]}
-    assert client.post(SESSIONS, json=login).status_code == 503
+    assert client.post(SESSIONS, json=login).status_code == 429
     clock.now += int(resp.headers["Retry-After"])
     assert client.post(SESSIONS, json=login).status_code == 201
+
+
+def test_over_budget_credentials_verified_before_are_still_checked(budgeted, monkeypatch):
+    """Verified credentials leave the 30 s cache; Ironic's next request still gets through."""
+    client, clock, calls = budgeted
+    monkeypatch.setattr(auth, "CACHE_TTL", 0.0)  # every request needs a bcrypt check
+    assert client.get(SYS_URI, headers=ADMIN).status_code == 200
+    for i in range(100):
+        resp = client.get(SYS_URI, headers=_basic(f"ghost-{i}", "guess"), **_from(f"203.0.113.{i}"))
+        if resp.status_code == 429:
+            break
+    assert resp.status_code == 429
+    checked = len(calls)
+    assert client.get(SYS_URI, headers=ADMIN).status_code == 200
+    assert len(calls) == checked + 1  # checked again, not waved through
+    assert client.get(SYS_URI, headers=_basic("admin", "guess")).status_code == 429
 
 
 def test_budget_refills_at_its_share_of_time():
