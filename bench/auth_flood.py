@@ -16,6 +16,7 @@ import base64
 import http.client
 import itertools
 import multiprocessing
+import shutil
 import tempfile
 import threading
 import time
@@ -154,6 +155,7 @@ def main() -> None:
         ]
     finally:
         stack.stop()
+        shutil.rmtree(var, ignore_errors=True)
     print(f"\n{args.flooders} flooding threads, {args.seconds:g} s per phase, 2 API processes")
     print("| phase | GETs | p50 | p99 | max | GET errors | flood answers |")
     print("|---|---|---|---|---|---|---|")
