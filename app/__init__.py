@@ -10,6 +10,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from app import auth, errors, metrics, protocol
+from app.bcrypt_budget import BcryptBudget
 from app.dispatch import make_celery
 from app.resources import (
     account_service,
@@ -28,6 +29,7 @@ from fleetfish.settings import Settings
 from fleetfish.store import Store
 
 log = logging.getLogger("fleetfish.api")
+LOOPBACK_BINDS = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -51,6 +53,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
     app.extensions["fleetfish.lockout"] = Lockout(client)
+    app.extensions["fleetfish.bcrypt_budget"] = BcryptBudget()
 
     # Order matters: metrics time everything, protocol checks, then auth, then the resources.
     app.extensions["fleetfish.metrics"] = metrics.install(app)
@@ -89,5 +92,23 @@ def create_app(settings: Settings | None = None) -> Flask:
         return resp
 
     app.wsgi_app = protocol.StripTrailingSlash(app.wsgi_app)
+    warn_plain_http(settings)
     log.info("ready (redis %s)", settings.redis_url.rsplit("@", 1)[-1])
     return app
+
+
+def warn_plain_http(settings: Settings) -> None:
+    """One line at start when credentials would cross a network in clear text.
+
+    Loopback (the lab, a TLS proxy on the same host) is not a network; a TLS-terminating proxy
+    elsewhere is, between itself and this process.
+    """
+    if (settings.tls_cert and settings.tls_key) or settings.bind in LOOPBACK_BINDS:
+        return
+    log.warning(
+        "SECURITY WARNING: serving plain HTTP on %s:%s, Basic credentials and session tokens "
+        "travel in clear text; set FLEETFISH_TLS_CERT and FLEETFISH_TLS_KEY to serve HTTPS "
+        "(and FLEETFISH_REQUIRE_TLS=1 to refuse credentials over HTTP)",
+        settings.bind,
+        settings.port,
+    )

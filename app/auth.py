@@ -21,6 +21,7 @@ import bcrypt
 import yaml
 from flask import Flask, current_app, g, request
 
+from app.bcrypt_budget import BcryptBudget
 from app.errors import RedfishError
 from app.scope import Scope
 
@@ -161,6 +162,15 @@ class UserDB:
             return None
         return user if hmac.compare_digest(cached[0], self._digest(name, password, user)) else None
 
+    def verified_before(self, name: str, password: str) -> bool:
+        """These exact credentials were verified in this process since the users file last
+        changed, however long ago (the cache entry outlives CACHE_TTL for this purpose)."""
+        user = self.get(name)
+        cached = self._cache.get(name)
+        if user is None or not cached:
+            return False
+        return hmac.compare_digest(cached[0], self._digest(name, password, user))
+
     def verify(self, name: str, password: str) -> User | None:
         hit = self.cached(name, password)
         if hit is not None:
@@ -206,17 +216,40 @@ def check_password(name: str, password: str) -> User | None:
         user = users.cached(name, password)
         if user is not None:
             return user
-    if lockout.locked(name):
+    # The peer address as gunicorn saw it: behind a proxy, every client shares the proxy's.
+    address = request.remote_addr or ""
+    if lockout.locked(name, address):
         lockout.forget(name)
-        log.info("login refused for locked-out user %r", name)
+        log.info("login refused for locked-out user %r or address %s", name, address)
         return None
-    user = users.verify(name, password)
+    budget: BcryptBudget = ext["fleetfish.bcrypt_budget"]
+    # Over budget, only credentials this process verified before are checked: a flood of
+    # guesses (known names or not) waits, the users who logged in before do not.
+    if not budget.available() and not users.verified_before(name, password):
+        retry = budget.retry_after()
+        log.info("password checks over budget: login for %r from %s deferred", name, address)
+        # 429: a limit on password checks, not an outage; the Base message says when to retry.
+        raise RedfishError(
+            429, "ServiceTemporarilyUnavailable", [retry], headers={"Retry-After": str(retry)}
+        )
+    with budget.spending():
+        user = users.verify(name, password)
     if user is None:
-        if lockout.failed(name):
-            log.warning("user %r locked out after repeated failed logins", name)
+        for locked in lockout.failed(name, address):
+            log.warning("%s locked out after repeated failed logins", locked)
         return None
     lockout.remember_clear(name)
     return user
+
+
+def plain_http_refused() -> RedfishError:
+    """FLEETFISH_REQUIRE_TLS is set and credentials came (or would come) over plain HTTP."""
+    error = RedfishError(403, "AccessDenied", [request.base_url])
+    error.messages[0]["Resolution"] = (
+        "This service accepts credentials over HTTPS only (FLEETFISH_REQUIRE_TLS). "
+        "Use an https:// URL."
+    )
+    return error
 
 
 def current_user() -> User:
@@ -228,7 +261,13 @@ def install(app: Flask) -> None:
     def _authenticate():
         g.user = None
         g.session_id = None
-        if request.path in OPEN_PATHS or (request.path in LOGIN_PATHS and request.method == "POST"):
+        if request.path in OPEN_PATHS:
+            return
+        # request.is_secure: TLS in gunicorn, or X-Forwarded-Proto from a proxy gunicorn trusts
+        # (FORWARDED_ALLOW_IPS); the app itself trusts no forwarded header.
+        if current_app.extensions["fleetfish.settings"].require_tls and not request.is_secure:
+            raise plain_http_refused()
+        if request.path in LOGIN_PATHS and request.method == "POST":
             return
         users: UserDB = current_app.extensions["fleetfish.users"]
         token = request.headers.get("X-Auth-Token")

@@ -1,4 +1,4 @@
-"""InsertMedia image URLs: strict parsing, credentials split off, and the SSRF allow-list.
+"""InsertMedia image URLs: strict parsing and credentials split off (the host policy: fleetfish.image_policy).
 
 The URL is fetched later by CDI's importer (Go), not by Python: anything two URL parsers could
 read differently (backslashes, spaces, control or non-ASCII characters in the authority, bad
@@ -11,6 +11,10 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit, urlunsplit
+
+from fleetfish.image_policy import host_allowed
+
+__all__ = ["ImageURL", "host_allowed", "parse", "redact"]
 
 SCHEMES = ("http", "https")
 # RFC 3986 characters only (no space, backslash, quote, angle bracket, control or non-ASCII).
@@ -76,34 +80,3 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def host_allowed(host: str, allowlist: tuple[str, ...]) -> bool:
-    """Allow-list match: host names (".example.com" also matches subdomains) or CIDRs.
-
-    CIDRs match IP-literal hosts only: the API never resolves names, so a name is allowed only
-    when it is listed itself (whatever address it resolves to later).
-    """
-    host = host.lower().rstrip(".")
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    for raw in allowlist:
-        entry = raw.strip().lower()
-        if not entry:
-            continue
-        if address is not None:
-            try:
-                network = ipaddress.ip_network(entry, strict=False)
-            except ValueError:
-                network = None
-            # An IPv4-mapped IPv6 literal (::ffff:10.0.0.1) is the IPv4 address it maps.
-            mapped = getattr(address, "ipv4_mapped", None) or address
-            if network is not None and mapped.version == network.version and mapped in network:
-                return True
-            continue
-        entry = entry.rstrip(".")
-        if host == entry or (entry.startswith(".") and host.endswith(entry)):
-            return True
-    return False

@@ -7,6 +7,8 @@ Keys (API-owned, next to the layout in ``fleetfish.store``):
 ``ff:sessions``               ZSET session ids by creation time (stale ids are dropped on listing)
 ``ff:authfail:{user}``        STRING failure counter, expires LOCKOUT_WINDOW after the first failure
 ``ff:authlock:{user}``        STRING set while the user is locked out, expires after LOCKOUT_SECONDS
+``ff:authfail-addr:{addr}``   STRING failures from one client address (any user names), same window
+``ff:authlock-addr:{addr}``   STRING set while that address is locked out (ADDRESS_THRESHOLD)
 
 Only the token's hash is stored: a Redis dump does not hand out live sessions. The session Id is
 the first 16 hex digits of that hash, which tells nothing about the token itself.
@@ -25,6 +27,10 @@ KEY_SESSIONS = f"{PREFIX}sessions"
 LOCKOUT_THRESHOLD = 5
 LOCKOUT_WINDOW = 60
 LOCKOUT_SECONDS = 60
+# Failures from one client address, whatever the user names, before it is locked out too: a
+# flood of guesses over many names from one address stops costing bcrypt. Higher than the
+# per-name threshold, since an address may be a NAT or a proxy shared by several clients.
+ADDRESS_THRESHOLD = 20
 # After a successful login a process skips the lock-out lookup for that user this long; a lock-out
 # set by another process reaches credentials this process already verified within this time.
 CLEAR_MEMO_SECONDS = 1.0
@@ -113,8 +119,12 @@ class Lockout:
         self.r = client
         self._clear_until: dict[str, float] = {}
 
-    def locked(self, user: str) -> bool:
-        return bool(self.r.exists(f"{PREFIX}authlock:{user}"))
+    def locked(self, user: str, address: str = "") -> bool:
+        """The user name is locked out, or the client address (when given) is."""
+        keys = [f"{PREFIX}authlock:{user}"] + (
+            [f"{PREFIX}authlock-addr:{address}"] if address else []
+        )
+        return bool(self.r.exists(*keys))
 
     def recently_clear(self, user: str) -> bool:
         """True when this process saw ``user`` log in unlocked less than CLEAR_MEMO_SECONDS ago."""
@@ -128,22 +138,30 @@ class Lockout:
     def forget(self, user: str) -> None:
         self._clear_until.pop(user, None)
 
-    def failed(self, user: str) -> bool:
-        """Count one failure; True when it locked the user out."""
-        key = f"{PREFIX}authfail:{user}"
+    def failed(self, user: str, address: str = "") -> list[str]:
+        """Count one failure for the name (and the address); what it locked out, if anything."""
+        counters = [(user, "authfail", "authlock", LOCKOUT_THRESHOLD, f"user {user!r}")]
+        if address:
+            counters.append(
+                (address, "authfail-addr", "authlock-addr", ADDRESS_THRESHOLD, f"address {address}")
+            )
         pipe = self.r.pipeline()
-        # SET NX EX starts the window on the first failure (EXPIRE NX needs Redis 7).
-        pipe.set(key, 0, ex=LOCKOUT_WINDOW, nx=True)
-        pipe.incr(key)
-        count = pipe.execute()[1]
+        for name, fail, *_ in counters:
+            # SET NX EX starts the window on the first failure (EXPIRE NX needs Redis 7).
+            pipe.set(f"{PREFIX}{fail}:{name}", 0, ex=LOCKOUT_WINDOW, nx=True)
+            pipe.incr(f"{PREFIX}{fail}:{name}")
+        counts = pipe.execute()[1::2]
         self.forget(user)
-        if count >= LOCKOUT_THRESHOLD:
-            pipe = self.r.pipeline()
-            pipe.set(f"{PREFIX}authlock:{user}", "1", ex=LOCKOUT_SECONDS)
-            pipe.delete(key)
+        locked = []
+        pipe = self.r.pipeline()
+        for (name, fail, lock, limit, label), count in zip(counters, counts, strict=True):
+            if count >= limit:
+                pipe.set(f"{PREFIX}{lock}:{name}", "1", ex=LOCKOUT_SECONDS)
+                pipe.delete(f"{PREFIX}{fail}:{name}")
+                locked.append(label)
+        if locked:
             pipe.execute()
-            return True
-        return False
+        return locked
 
     def locked_many(self, users: list[str]) -> list[bool]:
         if not users:

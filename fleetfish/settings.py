@@ -32,6 +32,8 @@ class Settings:
     session_timeout: int = 1800
     tls_cert: str = ""
     tls_key: str = ""
+    # Refuse credentials (Basic, session login, tokens) on requests that did not come over HTTPS.
+    require_tls: bool = False
     max_body_bytes: int = 64 * 1024
     # Cluster selection (workers and watcher)
     kubeconfig: str = ""
@@ -39,6 +41,11 @@ class Settings:
     label_selector: str = ""
     # Media pipeline
     image_allowlist: tuple[str, ...] = ()
+    # Without an allow-list, refused on top of the built-in ones (fleetfish/image_policy.py):
+    # Flower, other internal services, the cluster's service and pod CIDRs.
+    image_deny: tuple[str, ...] = ()
+    # Set by the kubelet in every pod: the cluster API's service address, refused as an image host.
+    kubernetes_service_host: str = ""
     import_timeout: int = 1800
     import_poll_seconds: float = 1.0
     # Polls of a long import space out up to this, aiming at half its estimated remaining time.
@@ -69,11 +76,14 @@ class Settings:
             session_timeout=int(e.get("FLEETFISH_SESSION_TIMEOUT", cls.session_timeout)),
             tls_cert=e.get("FLEETFISH_TLS_CERT", ""),
             tls_key=e.get("FLEETFISH_TLS_KEY", ""),
+            require_tls=_bool(e.get("FLEETFISH_REQUIRE_TLS"), False),
             max_body_bytes=int(e.get("FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes)),
             kubeconfig=e.get("FLEETFISH_KUBECONFIG") or e.get("KUBECONFIG", ""),
             namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
             label_selector=e.get("FLEETFISH_LABEL_SELECTOR", ""),
             image_allowlist=_list(e.get("FLEETFISH_IMAGE_ALLOWLIST")),
+            image_deny=_list(e.get("FLEETFISH_IMAGE_DENY")),
+            kubernetes_service_host=e.get("KUBERNETES_SERVICE_HOST", ""),
             import_timeout=int(e.get("FLEETFISH_IMPORT_TIMEOUT", cls.import_timeout)),
             import_poll_seconds=float(
                 e.get("FLEETFISH_IMPORT_POLL_SECONDS", cls.import_poll_seconds)

@@ -295,6 +295,10 @@ class LabStack:
             env["FLEETFISH_KUBECONFIG"] = str(cfg.var_dir / "kubeconfig")
             env["FLEETFISH_NAMESPACES"] = LAB_NAMESPACE
             env.pop("KUBECONFIG", None)
+            # The lab's ISO server listens on loopback, which the default image policy refuses:
+            # the lab lists it (and only it, besides what the caller listed).
+            listed = env.get("FLEETFISH_IMAGE_ALLOWLIST", "")
+            env["FLEETFISH_IMAGE_ALLOWLIST"] = ",".join(filter(None, (listed, "127.0.0.1")))
         else:
             env["KUBECONFIG"] = cfg.kubeconfig
         env.update(cfg.extra_env)

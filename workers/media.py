@@ -241,11 +241,21 @@ def vmi_volume_ready(vmi: dict, disk: str, dv: str) -> bool:
 
 
 def head_content_length(url: str) -> int | None:
-    """Content-Length from a short HEAD of the image; None when the server does not say."""
+    """Content-Length from a short HEAD of the image; None when the server does not say.
+
+    Redirects are not followed: the API checked this URL's host, not where an image server
+    may send the worker (which holds the cluster credentials). CDI's importer fetches the
+    image itself; only the size estimate falls back to the default.
+    """
     try:
-        response = requests.head(url, allow_redirects=True, timeout=HEAD_TIMEOUT)
+        response = requests.head(url, allow_redirects=False, timeout=HEAD_TIMEOUT)
     except requests.RequestException as exc:
         log.info("HEAD %s failed (%s): using the default size", url, exc)
+        return None
+    if 300 <= response.status_code < 400:
+        log.info(
+            "HEAD %s answered %s: not followed, using the default size", url, response.status_code
+        )
         return None
     if response.status_code >= 400:
         log.info("HEAD %s answered %s: using the default size", url, response.status_code)

@@ -23,10 +23,11 @@ from app.context import (
     visible_system_with,
 )
 from app.errors import RedfishError
-from app.image_url import ImageURL, host_allowed, parse, redact
+from app.image_url import ImageURL, parse, redact
 from app.protocol import collection, json_body, no_content, resource
 from app.resources.task_service import accepted
 from app.validate import Param, action_params
+from fleetfish.image_policy import refusal
 from fleetfish.store import DEVICES, PENDING_STATES
 from tasks import canvas
 
@@ -115,16 +116,22 @@ def media(system_id: str, device: str):
 
 
 def check_image(image: str) -> ImageURL:
-    """The parsed image URL; 400 when it is not http(s) or its host is not allowed (SSRF guard)."""
+    """The parsed image URL; 400 when it is not http(s) or its host is refused (SSRF guard)."""
     checked = parse(image)
     if checked is None:
         raise RedfishError(
             400, "ActionParameterValueFormatError", [redact(image), "Image", INSERT], ["#/Image"]
         )
-    allow = settings().image_allowlist
-    if allow and not host_allowed(checked.host, allow):
-        log.info("image host %s not in the allow-list", checked.host)
-        raise RedfishError(400, "ActionParameterValueError", ["Image", INSERT], ["#/Image"])
+    why = refusal(checked.host, settings())
+    if why:
+        log.info("image host %s refused: %s", checked.host, why)
+        error = RedfishError(400, "ActionParameterValueError", ["Image", INSERT], ["#/Image"])
+        # The registry's message cannot name the host; the resolution says which and why.
+        error.messages[0]["Resolution"] = (
+            f"The image host {checked.host} is refused ({why}). "
+            "Use another host, or list this one in FLEETFISH_IMAGE_ALLOWLIST."
+        )
+        raise error
     return checked
 
 

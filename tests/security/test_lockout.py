@@ -5,11 +5,16 @@ from __future__ import annotations
 import base64
 import time
 
+import pytest
 from api_helpers import PASSWORDS, SYS_URI, basic
 
 import app.sessions as sessions_mod
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
+
+# These tests count failures in quick succession (cost-12 checks for unknown names); the
+# per-process bcrypt budget, which defers some of them, is tested in test_bruteforce.py.
+pytestmark = pytest.mark.usefixtures("unbounded_bcrypt")
 
 
 def _basic(user, password):

@@ -1,4 +1,4 @@
-"""The SSRF guard on InsertMedia: http/https only, and FLEETFISH_IMAGE_ALLOWLIST (names, CIDRs)."""
+"""The SSRF guard on InsertMedia: http/https only, the default refusals, FLEETFISH_IMAGE_ALLOWLIST."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from security_helpers import error_ids
 
 from app import create_app
 from app.image_url import host_allowed, parse
+from fleetfish.image_policy import refusal
 from fleetfish.settings import Settings
 
 ALLOW = ("iso.example.com", ".images.example.org", "192.0.2.0/24", "2001:db8::/32", "10.1.2.3")
@@ -96,9 +97,99 @@ def test_allow_list_refuses(guarded, store, image):
     assert store.get_media(SYS).get("image", "") == ""
 
 
-def test_without_an_allow_list_any_http_host_is_accepted(client, systems):
-    """Documented default: no allow-list means no host restriction (set one in production)."""
-    resp = client.post(INSERT_URI, json={"Image": "http://127.0.0.1/x.iso"}, headers=ADMIN)
+DEFAULT_REFUSED = [
+    "http://169.254.169.254/latest/meta-data",  # the cloud metadata service
+    "http://[fe80::1]/x.iso",
+    "http://[::1]:6379/x.iso",  # Redis on this host
+    "http://127.0.0.1/x.iso",
+    "http://127.1.2.3:5555/x.iso",
+    "http://0.0.0.0:8000/x.iso",
+    "http://[::]/x.iso",
+    "http://localhost/x.iso",
+    "http://LOCALHOST./x.iso",
+    "http://api.localhost/x.iso",
+    "http://[::ffff:127.0.0.1]/x.iso",  # IPv4-mapped loopback
+    "http://[::ffff:169.254.169.254]/x.iso",
+    "http://metadata.google.internal/computeMetadata/v1/",
+]
+
+
+@pytest.mark.parametrize("image", DEFAULT_REFUSED)
+def test_default_policy_refuses_local_and_metadata_hosts(client, systems, store, image):
+    """No configuration at all: the addresses of this host and of the metadata service."""
+    resp = client.post(INSERT_URI, json={"Image": image}, headers=ADMIN)
+    assert resp.status_code == 400, image
+    assert error_ids(resp) == ["ActionParameterValueError"]
+    info = resp.get_json()["error"]["@Message.ExtendedInfo"][0]
+    assert info["RelatedProperties"] == ["#/Image"]
+    host = parse(image).host
+    assert f"image host {host} is refused" in info["Resolution"]
+    assert store.get_media(SYS).get("image", "") == ""
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "http://iso.example.com/x.iso",
+        "https://203.0.113.7:8443/boot.iso",
+        "http://[2001:db8::7]/x.iso",
+        "http://10.20.30.40/x.iso",  # a private address is not refused without a cluster CIDR
+        "http://isoserver:8081/x.iso",
+    ],
+)
+def test_default_policy_accepts_other_hosts(client, systems, image):
+    assert client.post(INSERT_URI, json={"Image": image}, headers=ADMIN).status_code == 202
+
+
+def test_own_services_and_cluster_cidrs_are_refused(redis_url, users_file, systems):
+    settings = Settings(
+        redis_url=redis_url,
+        users_file=users_file,
+        bind="10.0.0.5",
+        image_deny=("fleetfish-flower", "10.96.0.0/12", "10.128.0.0/14"),
+        kubernetes_service_host="172.30.0.1",
+    )
+    guarded_client = create_app(settings).test_client()
+    for image in (
+        "http://10.0.0.5:8000/redfish/v1/",  # the API's own bind address
+        "http://fleetfish-flower:5555/api/workers",
+        "http://fleetfish-flower.fleetfish.svc.cluster.local:5555/",
+        "http://10.96.0.10/x.iso",  # service CIDR
+        "http://10.130.2.7/x.iso",  # pod CIDR
+        "https://172.30.0.1/api",  # the cluster API (KUBERNETES_SERVICE_HOST)
+    ):
+        resp = guarded_client.post(INSERT_URI, json={"Image": image}, headers=ADMIN)
+        assert resp.status_code == 400, image
+        assert error_ids(resp) == ["ActionParameterValueError"]
+    for image in ("http://10.0.0.6/x.iso", "http://flower.example.com/x.iso"):
+        resp = guarded_client.post(INSERT_URI, json={"Image": image}, headers=ADMIN)
+        assert resp.status_code == 202, image
+
+
+def test_redis_host_from_redis_url_is_refused():
+    settings = Settings(redis_url="redis://:secret@fleetfish-redis:6379/0")
+    assert refusal("fleetfish-redis", settings)
+    assert refusal("fleetfish-redis.fleetfish.svc", settings)
+    assert not refusal("fleetfish-redis.example.com", settings)
+    assert not refusal("iso.example.com", settings)
+
+
+def test_settings_from_env_read_the_deny_list():
+    env = {"FLEETFISH_IMAGE_DENY": "10.96.0.0/12, flower", "KUBERNETES_SERVICE_HOST": "10.96.0.1"}
+    settings = Settings.from_env(env)
+    assert settings.image_deny == ("10.96.0.0/12", "flower")
+    assert settings.kubernetes_service_host == "10.96.0.1"
+    assert refusal("flower", settings) and refusal("10.100.0.1", settings)
+
+
+@pytest.mark.parametrize(
+    "image", ["http://127.0.0.1:8081/x.iso", "http://[::1]/x.iso", "http://169.254.169.254/x"]
+)
+def test_an_explicitly_listed_local_address_is_allowed(redis_url, users_file, systems, image):
+    """The lab serves its ISOs on 127.0.0.1 and lists it; listing is the only way in."""
+    allow = ("127.0.0.1", "::1", "169.254.169.254")
+    settings = Settings(redis_url=redis_url, users_file=users_file, image_allowlist=allow)
+    resp = create_app(settings).test_client().post(INSERT_URI, json={"Image": image}, headers=ADMIN)
     assert resp.status_code == 202
 
 

@@ -13,7 +13,12 @@ from lab.tls import self_signed
 @pytest.fixture
 def https_api(redis_url, users_file, systems, tmp_path):
     cert, key = self_signed(tmp_path / "tls")
-    env = {"FLEETFISH_TLS_CERT": str(cert), "FLEETFISH_TLS_KEY": str(key)}
+    # FLEETFISH_REQUIRE_TLS: credentials over gunicorn's own TLS count as HTTPS.
+    env = {
+        "FLEETFISH_TLS_CERT": str(cert),
+        "FLEETFISH_TLS_KEY": str(key),
+        "FLEETFISH_REQUIRE_TLS": "1",
+    }
     with running_gunicorn(redis_url, users_file, tmp_path, **env) as (port, _):
         yield port, cert
 
