@@ -18,7 +18,7 @@ Key layout (all under the ``ff:`` prefix):
                             taken yet, by the time they were (last) sent; the reaper re-sends
                             those left there too long (workers/reaper.py)
 ``ff:starts``               ZSET of Reset task ids whose start ``power.verify`` follows, by the
-                            time the start was made; the reaper re-sends a check lost there
+                            time a check last ran; the reaper re-sends a check lost there
 
 Keys other modules own, listed here so the whole layout is in one place:
 
@@ -681,25 +681,28 @@ class Store:
         )
 
     def follow_start(self, task_id: str) -> float:
-        """Record that ``power.verify`` follows this Reset's start; returns the start time."""
+        """Record that ``power.verify`` follows this Reset's start (``followed_at`` in the
+        task); returns the start time."""
         now = time.time()
         pipe = self.r.pipeline()
         if task_id:
-            pipe.hset(key_task(task_id), "verifying", "1")
+            pipe.hset(key_task(task_id), mapping={"verifying": "1", "followed_at": str(now)})
             pipe.zadd(KEY_STARTS, {task_id: now})
         pipe.execute()
         return now
+
+    def touch_start(self, task_id: str) -> None:
+        """A check of this start ran and looks again later: its message is not lost."""
+        self.r.zadd(KEY_STARTS, {task_id: time.time()}, xx=True)
 
     def start_followed(self, task_id: str) -> None:
         """The start of ``task_id`` settled: nothing to re-send for it."""
         self.r.zrem(KEY_STARTS, task_id)
 
-    def unsettled_starts(self, started_before: float, limit: int = 1000) -> list[tuple[str, float]]:
-        """(task id, start time) of followed starts older than ``started_before``."""
-        found = self.r.zrangebyscore(
-            KEY_STARTS, "-inf", started_before, start=0, num=limit, withscores=True
-        )
-        return [(_s(task_id), float(score)) for task_id, score in found]
+    def unsettled_starts(self, touched_before: float, limit: int = 1000) -> list[str]:
+        """Task ids of followed starts whose check has not run since ``touched_before``."""
+        found = self.r.zrangebyscore(KEY_STARTS, "-inf", touched_before, start=0, num=limit)
+        return [_s(task_id) for task_id in found]
 
     def end_inflight_task(self, system_id: str, task_id: str) -> None:
         """The power-on of ``task_id`` settled (its VM runs, or it failed): it no longer shows

@@ -160,5 +160,6 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
         store.fail_power_on(system_id, task_id, f"could not follow the start: {exc}")
         store.start_followed(task_id)
         return {"failed": str(exc)}
+    store.touch_start(task_id)
     delay = min(START_CHECK_MAX, max(1.0, waited / 4))
     raise self.retry(countdown=delay, kwargs={"since": since, "transient": 0})

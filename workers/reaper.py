@@ -27,10 +27,11 @@ importing). A power-off followed only by media requests still runs: Ironic sends
 EjectMedia back to back, and the eject changes no power state. A Reset deferred behind
 media is not in ``ff:resets``: the media chord releases it.
 
-Start check: the Reset task stays Running and the node may show PoweringOn. A start whose
-``power.verify`` has not settled it ``stale_after`` seconds after the start (longer than the
-power-on bound) is checked again: the copy counts the bound from the start, so it completes the
-task at once if the VM runs, and otherwise stops the VM and reports why.
+Start check: the Reset task stays Running and the node may show PoweringOn. Each run of
+``power.verify`` touches its start in ``ff:starts``; one untouched for ``stale_after`` seconds
+(its check looks every few seconds) lost its message and is checked again: the copy counts the
+power-on bound from the start, so it completes the task at once if the VM runs, and otherwise
+waits out the rest of the bound.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from fleetfish.store import DEVICES, ENDED_TASK_STATES, KEY_STARTS, PENDING_STATES, Store
+from fleetfish.store import DEVICES, ENDED_TASK_STATES, PENDING_STATES, Store
 
 log = logging.getLogger("fleetfish.watcher")
 
@@ -155,22 +156,23 @@ def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> lis
 
 
 def resend_lost_start_checks(store: Store, send: SendStartCheck, stale_after: float) -> list[str]:
-    """Send ``power.verify`` again for each start not settled ``stale_after`` seconds after it
-    was made; the task ids it was sent for."""
+    """Send ``power.verify`` again for each followed start whose check has not run for
+    ``stale_after`` seconds (a check looks every few seconds); the task ids it was sent for."""
     sent = []
-    for task_id, started in store.unsettled_starts(time.time() - stale_after):
+    for task_id in store.unsettled_starts(time.time() - stale_after):
         task = store.get_task(task_id)
         if not task or task.get("state") in ENDED_TASK_STATES:
             store.start_followed(task_id)
             continue
         # Touched first: a failure to send is retried a stale period later, not at once.
-        store.r.zadd(KEY_STARTS, {task_id: time.time()})
+        store.touch_start(task_id)
         before = task.get("vmi_before", "")
+        started = float(task.get("followed_at") or time.time())
         log.warning(
-            "start of %s (task %s) not settled %.0f s after it was made: checking it again",
+            "start of %s (task %s) unchecked for %.0f s: checking it again",
             task.get("system", ""),
             task_id,
-            time.time() - started,
+            stale_after,
         )
         send(task.get("system", ""), task_id, "" if before == "-" else before, started)
         sent.append(task_id)

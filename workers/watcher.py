@@ -150,9 +150,7 @@ class Watcher:
                 reaper.resend_lost_resets(self.store, self.send_reset, STALE_RESET_TIMEOUTS * vt)
             if self.send_start_check is not None:
                 reaper.resend_lost_start_checks(
-                    self.store,
-                    self.send_start_check,
-                    self.settings.power_on_timeout + STALE_RESET_TIMEOUTS * vt,
+                    self.store, self.send_start_check, STALE_RESET_TIMEOUTS * vt
                 )
         except Exception as exc:  # Redis or broker away: the next round tries again
             log.warning("lost work check failed: %s", exc)

@@ -119,25 +119,44 @@ def test_only_resets_no_worker_took_are_sent_again_once(store):
     assert set(store.stale_resets(float("inf"))) == {lost["task"], recent["task"]}
 
 
-@pytest.mark.parametrize("later", ["reset", "insert", "eject"])
-def test_a_lost_reset_followed_by_another_request_is_cancelled_not_sent(store, later):
-    off = store.request_power(SID, "ForceOff")
-    _sent_long_ago(store, off["task"])
-    # The client moved on (its retry, or the next step of its sequence): the old action would
-    # now land out of order.
+def _later_request(store, later: str) -> str:
     if later == "reset":
-        after = store.request_power(SID, "On")["task"]
-    elif later == "insert":
-        after = store.begin_insert(SID, "Cd", "http://iso/a.iso")["task"]
-    else:
-        store.r.hset(key_media(SID), mapping={"inserted": "1", "dv": "ff-dv"})
-        after = store.begin_eject(SID, "Cd")["task"]
+        return store.request_power(SID, "On", defer=False)["task"]
+    if later == "insert":
+        return store.begin_insert(SID, "Cd", "http://iso/a.iso")["task"]
+    store.r.hset(key_media(SID), mapping={"inserted": "1", "dv": "ff-dv"})
+    return store.begin_eject(SID, "Cd")["task"]
+
+
+@pytest.mark.parametrize("later", ["reset", "insert", "eject"])
+def test_a_lost_power_on_followed_by_another_request_is_cancelled_not_sent(store, later):
+    on = store.request_power(SID, "On", defer=False)
+    _sent_long_ago(store, on["task"])
+    # The client moved on (its retry, or the next step of its sequence): the old power-on
+    # would now land out of order (before the next ISO is attached, say).
+    after = _later_request(store, later)
     sent = []
     assert resend_lost_resets(store, lambda *a: sent.append(a), stale_after=60) == []
     assert sent == []
-    task = store.get_task(off["task"])
+    task = store.get_task(on["task"])
     assert task["state"] == "Cancelled" and after in task["message"]
-    assert off["task"] not in store.stale_resets(float("inf"))
+    assert on["task"] not in store.stale_resets(float("inf"))
+
+
+@pytest.mark.parametrize(
+    ("later", "cancelled"), [("reset", True), ("insert", False), ("eject", False)]
+)
+def test_a_lost_power_off_is_cancelled_only_by_a_later_reset(store, later, cancelled):
+    off = store.request_power(SID, "ForceOff")
+    _sent_long_ago(store, off["task"])
+    # Ironic sends EjectMedia and InsertMedia right after its ForceOff: they change no power
+    # state, so the node must still go off. Only the client's next Reset supersedes it.
+    _later_request(store, later)
+    sent = []
+    resent = resend_lost_resets(store, lambda *a: sent.append(a), stale_after=60)
+    assert (resent == []) is cancelled
+    assert (store.get_task(off["task"])["state"] == "Cancelled") is cancelled
+    assert [a[1] for a in sent] == ([] if cancelled else ["ForceOff"])
 
 
 def test_a_reset_released_by_an_eject_is_the_latest_request(store):
@@ -217,7 +236,7 @@ def test_an_eject_whose_message_was_lost_still_empties_the_drive(lab_factory):
     store.r.close()
 
 
-def test_only_a_start_left_unsettled_past_the_bound_is_checked_again(store):
+def test_only_a_start_whose_check_stopped_running_is_checked_again(store):
     _system(store, SID)
     on = store.request_power(SID, "On")
     store.r.hset(f"ff:task:{on['task']}", "vmi_before", "-")
@@ -231,10 +250,11 @@ def test_only_a_start_left_unsettled_past_the_bound_is_checked_again(store):
         sent.append(args)
 
     assert resend_lost_start_checks(store, send, stale_after=60) == []
+    # No check of either start ran for 100 s: their messages were lost.
     store.r.zadd(KEY_STARTS, {on["task"]: started - 100, done["task"]: started - 100})
     assert resend_lost_start_checks(store, send, stale_after=60) == [on["task"]]
     # Sent with the start time, so the copy counts the bound from the start.
-    assert sent == [(SID, on["task"], "", started - 100)]
+    assert sent == [(SID, on["task"], "", started)]
     # The ended task is forgotten; the other was touched: not sent again within a period.
     assert resend_lost_start_checks(store, send, stale_after=60) == []
     assert store.r.zscore(KEY_STARTS, done["task"]) is None
@@ -267,7 +287,7 @@ def test_a_start_check_whose_message_was_lost_still_ends_the_reset(lab_factory):
         json={},
         timeout=5,
     ).raise_for_status()
-    stale = power_on_timeout + STALE_RESET_TIMEOUTS * VISIBILITY
+    stale = STALE_RESET_TIMEOUTS * VISIBILITY
     task_uri = f"/redfish/v1/TaskService/Tasks/{reset['task']}"
     wait_for(
         lambda: rf.get(task_uri)["TaskState"] == "Completed", stale + 30, what="Reset task done"
