@@ -53,7 +53,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
     app.extensions["fleetfish.lockout"] = Lockout(client)
-    app.extensions["fleetfish.bcrypt_budget"] = BcryptBudget()
+    app.extensions["fleetfish.bcrypt_budget"] = BcryptBudget(share=settings.bcrypt_share)
 
     # Order matters: metrics time everything, protocol checks, then auth, then the resources.
     app.extensions["fleetfish.metrics"] = metrics.install(app)

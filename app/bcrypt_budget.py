@@ -46,7 +46,9 @@ class BcryptBudget:
         self._at = now
 
     def available(self) -> bool:
-        """True when a check may start now."""
+        """True when a check may start now (always, with a share of 0: no cap)."""
+        if self.share <= 0:
+            return True
         with self._lock:
             self._refill()
             return self._level > 0
@@ -67,4 +69,4 @@ class BcryptBudget:
         with self._lock:
             self._refill()
             # The first whole second at which the level is above zero again.
-            return math.floor(max(0.0, -self._level) / self.share) + 1
+            return math.floor(max(0.0, -self._level) / max(self.share, 1e-9)) + 1

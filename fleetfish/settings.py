@@ -35,6 +35,8 @@ class Settings:
     # Refuse credentials (Basic, session login, tokens) on requests that did not come over HTTPS.
     require_tls: bool = False
     max_body_bytes: int = 64 * 1024
+    # Share of each API process's time that bcrypt checks of new credentials may take (0: no cap).
+    bcrypt_share: float = 0.2
     # Cluster selection (workers and watcher)
     kubeconfig: str = ""
     namespaces: tuple[str, ...] = ()
@@ -78,6 +80,7 @@ class Settings:
             tls_key=e.get("FLEETFISH_TLS_KEY", ""),
             require_tls=_bool(e.get("FLEETFISH_REQUIRE_TLS"), False),
             max_body_bytes=int(e.get("FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes)),
+            bcrypt_share=float(e.get("FLEETFISH_BCRYPT_SHARE", cls.bcrypt_share)),
             kubeconfig=e.get("FLEETFISH_KUBECONFIG") or e.get("KUBECONFIG", ""),
             namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
             label_selector=e.get("FLEETFISH_LABEL_SELECTOR", ""),
