@@ -70,6 +70,12 @@ class Redfish:
             f"/redfish/v1/Systems/{system_id(vm)}/Actions/ComputerSystem.Reset", {"ResetType": kind}
         )
 
+    def power_off_and_eject(self, vm: str) -> None:
+        """ForceOff and EjectMedia back to back, as Ironic sends them; returns once it is Off."""
+        self.reset(vm, "ForceOff")
+        self.eject(vm)
+        wait_for(lambda: self.system(vm)["PowerState"] == "Off", 30, what=f"{vm} off")
+
     def boot_cd_once(self, vm: str) -> None:
         reply = self.session.patch(
             f"{self.base}/redfish/v1/Systems/{system_id(vm)}",

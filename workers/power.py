@@ -144,11 +144,11 @@ def run_power(
     if task_id and store.r.hget(key_task(task_id), "acted") == "1":
         return f"{action} already done"
 
-    def applied(override: dict) -> dict:
+    def write_boot_override() -> None:
         # The generation the first delivery started the VM with is the one its power-on
         # consumes, whatever a redelivery finds stored by then.
+        override = apply_boot_override(kv, store, settings, system_id)
         _remember(store, task_id, "boot_gen", str(override.get("gen", "")))
-        return override
 
     # An earlier delivery that started the VM and died before saying so had already sent the
     # start's follow-up (before starting): it ends the Once override, nothing to redo here.
@@ -169,7 +169,7 @@ def run_power(
             watch_start(before if before != "-" else "")
 
     def power_on() -> str:
-        applied(apply_boot_override(kv, store, settings, system_id))
+        write_boot_override()
         follow_start()
         started = _tolerate(
             lambda: kv.start_vm(ns, name), "already running", "does not support manual start"
@@ -179,7 +179,7 @@ def run_power(
     def restart(force: bool) -> str:
         if not vmi_active(vmi):
             return power_on()
-        applied(apply_boot_override(kv, store, settings, system_id))
+        write_boot_override()
         follow_start()
         try:
             kv.restart_vm(ns, name, force=force)

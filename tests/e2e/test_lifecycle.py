@@ -188,12 +188,6 @@ def test_lifecycle_with_a_worker_killed_at_a_random_point_of_each_phase(stack, r
     assert len(killer.killed) == 3
 
 
-def power_off_and_eject(rf: Redfish, vm: str) -> None:
-    rf.reset(vm, "ForceOff")
-    rf.eject(vm)
-    wait_for(lambda: rf.system(vm)["PowerState"] == "Off", 30, what=f"{vm} off")
-
-
 def boot_and_check(stack, rf: Redfish, vm: str, url: str, sha256: str) -> None:
     since = time.time()
     rf.boot_cd_once(vm)
@@ -208,7 +202,7 @@ def boot_and_check(stack, rf: Redfish, vm: str, url: str, sha256: str) -> None:
 
 def test_insert_while_inserted_same_url_is_a_no_op_other_url_replaces(stack, rf):
     vm = lab_vm_names(NODES)[0]
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     url = boot_url(stack, vm)
     assert rf.insert(vm, url).status_code == 202
     wait_for(lambda: rf.media(vm)["Status"]["State"] == "Enabled", PHASE_TIMEOUT, what="media")
@@ -222,7 +216,7 @@ def test_insert_while_inserted_same_url_is_a_no_op_other_url_replaces(stack, rf)
 
 def test_eject_during_import_then_the_same_url_again_boots_the_new_bytes(stack, rf):
     vm = lab_vm_names(NODES)[1]
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     url = boot_url(stack, vm)
     regenerate(stack, vm)
     assert rf.insert(vm, url).status_code == 202
@@ -235,7 +229,7 @@ def test_eject_during_import_then_the_same_url_again_boots_the_new_bytes(stack, 
 
 def test_two_identical_inserts_at_the_same_instant_boot_once(stack, rf):
     vm = lab_vm_names(NODES)[2]
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     url = boot_url(stack, vm)
     sha = regenerate(stack, vm)
     barrier = threading.Barrier(2)
@@ -253,7 +247,7 @@ def test_two_identical_inserts_at_the_same_instant_boot_once(stack, rf):
 
 def test_a_power_on_whose_medium_was_deleted_is_reported_not_left_powering_on(stack, rf):
     vm = lab_vm_names(NODES)[3]
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     url = boot_url(stack, vm)
     assert rf.insert(vm, url).status_code == 202
     wait_for(lambda: rf.media(vm)["Status"]["State"] == "Enabled", PHASE_TIMEOUT, what="media")

@@ -28,15 +28,9 @@ def stack_task_running(rf: Redfish, vm: str) -> bool:
     return rf.media(vm)["Status"]["State"] == "Starting"
 
 
-def power_off_and_eject(rf: Redfish, vm: str) -> None:
-    rf.reset(vm, "ForceOff")
-    rf.eject(vm)
-    wait_for(lambda: rf.system(vm)["PowerState"] == "Off", 30, what=f"{vm} off")
-
-
 def test_media_failure_leaves_the_node_off_and_says_why(stack, rf):
     vm = "ostest-master-0"
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     since = time.time()
     insert = rf.insert(vm, f"{stack.iso_url}/missing/boot-{vm}.iso")
     assert insert.status_code == 202
@@ -58,7 +52,7 @@ def test_media_failure_leaves_the_node_off_and_says_why(stack, rf):
 
 def test_force_off_cancels_a_deferred_power_on(stack, rf):
     vm = "ostest-master-1"
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     since = time.time()
     rf.insert(vm, f"{stack.iso_url}/images/forceoff-{vm}.iso")
     on = rf.reset(vm, "On")
@@ -74,7 +68,7 @@ def test_force_off_cancels_a_deferred_power_on(stack, rf):
 
 def test_eject_while_pending_leaves_no_datavolume(stack, rf):
     vm = "ostest-master-2"
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     rf.insert(vm, f"{stack.iso_url}/images/ejected-{vm}.iso")
     assert rf.eject(vm).status_code in (202, 204)
     assert rf.media(vm)["Inserted"] is False
@@ -87,7 +81,7 @@ def test_eject_while_pending_leaves_no_datavolume(stack, rf):
 
 def test_double_insert_of_the_same_image_reuses_one_datavolume(stack, rf):
     vm = "ostest-master-0"
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     image = f"{stack.iso_url}/images/double-{vm}.iso"
     first = rf.insert(vm, image)
     second = rf.insert(vm, image)
@@ -104,7 +98,7 @@ def test_double_insert_of_the_same_image_reuses_one_datavolume(stack, rf):
 
 def test_worker_killed_mid_import_another_finishes_and_the_node_boots_once(stack, rf):
     vm = "ostest-master-1"
-    power_off_and_eject(rf, vm)
+    rf.power_off_and_eject(vm)
     image = f"{stack.iso_url}/images/killed-{vm}.iso"
     since = time.time()
     rf.insert(vm, image)
