@@ -6,7 +6,7 @@ resources from them without ever calling Kubernetes. Format (all keys always pre
     {"id": "ns.name", "namespace", "name", "uid", "resourceVersion", "firmwareUUID",
      "runStrategy": "Always|Halted|Manual|RerunOnFailure|Once|WaitAsReceiver",
      "printableStatus", "ready": bool, "paused": bool, "restartRequired": bool,
-     "vmi": {"uid", "phase", "created"} | None,
+     "vmi": {"uid", "phase", "created", "secureBoot": bool} | None,
      "bootMode": "UEFI" | "Legacy", "secureBoot": bool, "cpus": int, "memoryMiB": int,
      "disks": [{"name", "kind": "disk|cdrom|lun", "bus", "bootOrder": int | None,
                 "volume": {"kind": "dataVolume|persistentVolumeClaim|containerDisk|...",
@@ -81,6 +81,14 @@ def _condition(obj: dict, kind: str) -> bool:
     return False
 
 
+def secure_boot_of(spec: dict) -> bool:
+    """EFI secure boot of a VMI spec; KubeVirt's default for ``efi: {}`` is on."""
+    bootloader = ((spec.get("domain") or {}).get("firmware") or {}).get("bootloader") or {}
+    if "efi" not in bootloader:
+        return False
+    return bool((bootloader["efi"] or {}).get("secureBoot", True))
+
+
 def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
     meta = vm.get("metadata", {})
     template = vm.get("spec", {}).get("template", {}).get("spec", {})
@@ -126,6 +134,8 @@ def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
             "uid": vmi.get("metadata", {}).get("uid", ""),
             "phase": vmi.get("status", {}).get("phase", ""),
             "created": vmi.get("metadata", {}).get("creationTimestamp", ""),
+            # What the running firmware booted with (the VM spec may have changed since).
+            "secureBoot": secure_boot_of(vmi.get("spec", {})),
         }
     return {
         "id": system_id(meta.get("namespace", "default"), meta.get("name", "")),
@@ -141,7 +151,7 @@ def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
         "restartRequired": _condition(vm, "RestartRequired"),
         "vmi": vmi_summary,
         "bootMode": "UEFI" if efi is not None else "Legacy",
-        "secureBoot": bool(efi is not None and (efi or {}).get("secureBoot", True)),
+        "secureBoot": secure_boot_of(template),
         "cpus": cpus,
         "memoryMiB": quantity_to_bytes(memory) // 2**20,
         "disks": disks,

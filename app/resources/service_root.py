@@ -33,6 +33,7 @@ SCHEMAS = (
     ("SimpleStorage", "SimpleStorage.v1_3_2"),
     ("EthernetInterfaceCollection", ""),
     ("EthernetInterface", "EthernetInterface.v1_12_4"),
+    ("SecureBoot", "SecureBoot.v1_1_2"),
     ("TaskService", "TaskService.v1_3_0"),
     ("TaskCollection", ""),
     ("Task", "Task.v1_7_4"),

@@ -17,6 +17,7 @@ from app.context import (
 )
 from app.errors import RedfishError, message
 from app.protocol import collection, finalize, if_match_ok, json_body, resource
+from app.resources.secure_boot import secure_boot_wanted
 from app.resources.task_service import accepted
 from app.validate import Param, action_params, patch_object, raise_if, show
 from fleetfish.mirror import power_state
@@ -108,6 +109,7 @@ def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dic
         "SimpleStorage": {"@odata.id": f"{uri}/SimpleStorage"},
         "EthernetInterfaces": {"@odata.id": f"{uri}/EthernetInterfaces"},
         "VirtualMedia": {"@odata.id": f"{uri}/VirtualMedia"},
+        "SecureBoot": {"@odata.id": f"{uri}/SecureBoot"},
         "Links": {
             "ManagedBy": [{"@odata.id": f"/redfish/v1/Managers/{sid}"}],
             "Chassis": [{"@odata.id": f"/redfish/v1/Chassis/{sid}"}],
@@ -172,9 +174,17 @@ def patch_system(system_id: str):
 
     def unchanged(doc: dict | None, power: dict, boot: dict) -> bool:
         # The If-Match again, on what is stored at the instant of the write.
-        return doc is not None and if_match_ok(
-            finalize(render_system(doc, power, boot))["@odata.etag"]
-        )
+        if doc is None or not if_match_ok(finalize(render_system(doc, power, boot))["@odata.etag"]):
+            return False
+        # UEFI secure boot cannot follow the VM into legacy BIOS: turn it off first.
+        if changes.get("BootSourceOverrideMode") == "Legacy" and secure_boot_wanted(doc, boot):
+            raise RedfishError(
+                400,
+                "PropertyValueConflict",
+                ["Boot/BootSourceOverrideMode", "SecureBoot/SecureBootEnable"],
+                ["#/Boot/BootSourceOverrideMode"],
+            )
+        return True
 
     fields = {
         name: changes[key]

@@ -93,6 +93,7 @@ def vmi_spec_causes(spec: dict, field: str) -> list[dict]:
                 )
             )
         seen_orders.add(order)
+    causes += firmware_causes(spec.get("domain") or {}, f"{field}.domain")
     names = [v.get("name") for v in spec.get("volumes") or []]
     for idx, vname in enumerate(names):
         if names.index(vname) != idx:
@@ -103,6 +104,24 @@ def vmi_spec_causes(spec: dict, field: str) -> list[dict]:
                 )
             )
     return causes
+
+
+def firmware_causes(domain: dict, field: str) -> list[dict]:
+    """EFI secure boot needs the SMM feature (``efi: {}`` means secure boot on)."""
+    bootloader = (domain.get("firmware") or {}).get("bootloader") or {}
+    if "efi" not in bootloader or not (bootloader["efi"] or {}).get("secureBoot", True):
+        return []
+    smm = (domain.get("features") or {}).get("smm")
+    if smm is not None and (smm or {}).get("enabled", True):
+        return []
+    efi_field = f"{field}.firmware.bootloader.efi.secureBoot"
+    return [
+        errors.cause(
+            f"{efi_field} has EFI SecureBoot enabled. SecureBoot requires SMM, "
+            "which is currently disabled.",
+            efi_field,
+        )
+    ]
 
 
 def validate_dv(dv: dict) -> None:

@@ -122,6 +122,18 @@ def choose_boot_device(store: ObjectStore, vmi: dict, digests=None) -> dict:
     return {"device": None, "kind": "none", "image_url": None, "sha256": None}
 
 
+def firmware_of(vmi: dict) -> dict:
+    """The firmware the domain starts with: ``{"bootloader": "efi"|"bios", "secureBoot": bool}``."""
+    domain = (vmi.get("spec") or {}).get("domain") or {}
+    bootloader = (domain.get("firmware") or {}).get("bootloader") or {}
+    if "efi" in bootloader:
+        return {
+            "bootloader": "efi",
+            "secureBoot": bool((bootloader["efi"] or {}).get("secureBoot", True)),
+        }
+    return {"bootloader": "bios", "secureBoot": False}
+
+
 class BootLog:
     """A bounded, thread-safe list of boot records."""
 
@@ -140,6 +152,7 @@ class BootLog:
             "kind": choice["kind"],
             "image_url": choice["image_url"],
             "sha256": choice.get("sha256"),
+            "firmware": firmware_of(vmi),
             "reason": reason,
         }
         with self._lock:

@@ -258,3 +258,36 @@ def test_namespace_must_exist(k8s):
             G, V, "elsewhere", P, _vm("x", runStrategy="Halted")
         )
     assert exc.value.status == 404 and _error(exc)["message"] == 'namespaces "elsewhere" not found'
+
+
+def test_secure_boot_needs_smm(k8s):
+    firmware = "/spec/template/spec/domain/firmware/bootloader"
+
+    def patch(ops):
+        return k8s.patch_vm("ostest-master-1", ops, "application/json-patch+json")
+
+    for efi in ({"secureBoot": True}, {}):  # efi: {} means secure boot on to KubeVirt
+        with pytest.raises(ApiException) as exc:
+            patch([{"op": "replace", "path": firmware, "value": {"efi": efi}}])
+        assert exc.value.status == 422
+        assert "SecureBoot requires SMM, which is currently disabled" in _error(exc)["message"]
+    with pytest.raises(ApiException):
+        patch(
+            [
+                {"op": "replace", "path": firmware, "value": {"efi": {"secureBoot": True}}},
+                {
+                    "op": "add",
+                    "path": "/spec/template/spec/domain/features",
+                    "value": {"smm": {"enabled": False}},
+                },
+            ]
+        )
+    ok = patch(
+        [
+            {"op": "replace", "path": firmware, "value": {"efi": {"secureBoot": True}}},
+            {"op": "add", "path": "/spec/template/spec/domain/features", "value": {"smm": {}}},
+        ]
+    )
+    assert ok["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"] == {
+        "secureBoot": True
+    }
