@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable
 
 ANN_ORIGINAL = "fleetfish.io/original-boot-order"
-TARGETS = ("None", "Pxe", "Hdd", "Cd")
+TARGETS = ("None", "Pxe", "Hdd", "Cd", "UefiHttp")
 
 
 def _devices(vm: dict) -> dict:
@@ -62,14 +62,14 @@ def _root_disk(vm: dict, original: dict) -> str:
 def plan_boot_order(vm: dict, target: str, cdrom_disk: str) -> dict[str, dict[str, int]]:
     """The complete bootOrder set for a Redfish target.
 
-    ``None`` restores the original order. ``Cd``/``Hdd``/``Pxe`` put the cdrom disk, the root
-    disk or the first interface at 1 and renumber the original order after it, so no two
-    devices ever share a value. Devices absent from the result get no bootOrder.
+    ``None`` restores the original order. ``Cd`` (``UefiHttp`` too: its image is the CD-ROM),
+    ``Hdd`` and ``Pxe`` put the cdrom disk, the root disk or the first interface at 1 and
+    renumber the original order after it, so no two devices ever share a value. Devices absent from the result get no bootOrder.
     """
     original = original_order(vm)
     if target in ("", "None"):
         return original
-    if target == "Cd":
+    if target in ("Cd", "UefiHttp"):  # an HTTP boot image is attached as the CD-ROM
         names = {d.get("name") for d in _devices(vm).get("disks") or []}
         if cdrom_disk not in names:
             raise ValueError(f"VM has no disk named {cdrom_disk!r} to boot virtual media from")

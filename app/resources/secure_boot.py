@@ -76,6 +76,8 @@ def patch_secure_boot(system_id: str):
     raise_if(errors)
     if not if_match_ok(current["@odata.etag"]):
         raise RedfishError(412, "PreconditionFailed")
+    if "SecureBootEnable" not in changes:
+        return resource(render_secure_boot(*visible_system_with(system_id, "boot")), allow=ALLOW)
     enable = changes["SecureBootEnable"]
 
     def unchanged(stored: dict | None, power: dict, boot: dict) -> bool:
@@ -86,7 +88,7 @@ def patch_secure_boot(system_id: str):
         if enable and boot_mode_wanted(stored, boot) == "Legacy":
             # Checked on what is stored at the instant of the write, like the If-Match.
             raise RedfishError(
-                400,
+                409,  # the request is fine; the stored boot mode refuses it
                 "PropertyValueConflict",
                 ["SecureBootEnable", "Boot/BootSourceOverrideMode"],
                 ["#/SecureBootEnable"],

@@ -6,7 +6,7 @@ import logging
 
 from flask import Blueprint, current_app
 
-from app import dispatch
+from app import dispatch, http_boot
 from app.context import (
     celery,
     settings,
@@ -16,6 +16,7 @@ from app.context import (
     visible_systems,
 )
 from app.errors import RedfishError, message
+from app.image_url import redact
 from app.protocol import collection, finalize, if_match_ok, json_body, resource
 from app.resources.secure_boot import secure_boot_wanted
 from app.resources.task_service import accepted
@@ -27,7 +28,7 @@ log = logging.getLogger("fleetfish.api")
 bp = Blueprint("systems", __name__)
 
 SYSTEMS = "/redfish/v1/Systems"
-BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd")
+BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "UefiHttp")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
 # KubeVirt has no NMI and no power button; Pause/Resume map to the VMI pause subresources.
@@ -46,7 +47,7 @@ BOOT_WRITABLE = {
     "BootSourceOverrideTarget": Param(str, allowed=BOOT_TARGETS),
     "BootSourceOverrideEnabled": Param(str, allowed=BOOT_ENABLED),
     "BootSourceOverrideMode": Param(str, allowed=BOOT_MODES),
-    # Ironic sends "HttpBootUri": null alongside Cd; there is no UEFI HTTP boot to configure.
+    # With UefiHttp: the image to boot (app/http_boot.py). Ironic sends null alongside Cd.
     "HttpBootUri": Param(str, nullable=True),
 }
 
@@ -60,6 +61,8 @@ def render_boot(doc: dict, boot: dict[str, str]) -> dict:
         "BootSourceOverrideEnabled": boot.get("enabled") or "Disabled",
         "BootSourceOverrideTarget": boot.get("target") or "None",
         "BootSourceOverrideMode": boot.get("mode") or doc.get("bootMode") or "UEFI",
+        # Kept whatever the target, as on any BMC; booted only with UefiHttp.
+        "HttpBootUri": redact(boot.get("http_boot_uri") or "") or None,
         "BootSourceOverrideEnabled@Redfish.AllowableValues": list(BOOT_ENABLED),
         "BootSourceOverrideTarget@Redfish.AllowableValues": list(BOOT_TARGETS),
         "BootSourceOverrideMode@Redfish.AllowableValues": list(BOOT_MODES),
@@ -144,7 +147,8 @@ def system(system_id: str):
 
 @bp.patch(f"{SYSTEMS}/<system_id>")
 def patch_system(system_id: str):
-    current = finalize(_current(system_id))
+    doc, power, stored_boot = visible_system_with(system_id, "power", "boot")
+    current = finalize(render_system(doc, power, stored_boot))
     body = json_body(allow_empty=False)
     readonly = {k for k in current if k != "Boot"}
     _, errors = patch_object({k: v for k, v in body.items() if k != "Boot"}, {}, readonly)
@@ -160,14 +164,8 @@ def patch_system(system_id: str):
                 body["Boot"], BOOT_WRITABLE, boot_readonly, prefix="Boot/"
             )
             errors += boot_errors
-            if changes.get("HttpBootUri") is not None:
-                errors.append(
-                    message(
-                        "PropertyValueIncorrect",
-                        ["Boot/HttpBootUri", changes["HttpBootUri"]],
-                        ["#/Boot/HttpBootUri"],
-                    )
-                )
+            if not boot_errors and changes.get("HttpBootUri"):
+                errors += http_boot.uri_errors(changes["HttpBootUri"])
     raise_if(errors)
     if not if_match_ok(current["@odata.etag"]):
         raise RedfishError(412, "PreconditionFailed")
@@ -176,10 +174,14 @@ def patch_system(system_id: str):
         # The If-Match again, on what is stored at the instant of the write.
         if doc is None or not if_match_ok(finalize(render_system(doc, power, boot))["@odata.etag"]):
             return False
-        # UEFI secure boot cannot follow the VM into legacy BIOS: turn it off first.
+        conflict = http_boot.state_conflict(changes, boot)
+        if conflict:
+            raise conflict
+        # UEFI secure boot cannot follow the VM into legacy BIOS: turn it off first (409: the
+        # request is fine, the stored state refuses it).
         if changes.get("BootSourceOverrideMode") == "Legacy" and secure_boot_wanted(doc, boot):
             raise RedfishError(
-                400,
+                409,
                 "PropertyValueConflict",
                 ["Boot/BootSourceOverrideMode", "SecureBoot/SecureBootEnable"],
                 ["#/Boot/BootSourceOverrideMode"],
@@ -195,11 +197,17 @@ def patch_system(system_id: str):
         )
         if key in changes
     }
+    http_uri = http_boot.uri_to_boot(changes, stored_boot)
+    if "HttpBootUri" in changes:
+        fields["http_boot_uri"] = http_boot.without_credentials(changes["HttpBootUri"] or "")
     if fields:
         boot_gen = store().set_boot_if(system_id, unchanged, **fields)
         if boot_gen is None:
             raise RedfishError(412, "PreconditionFailed")
         log.info("boot override %s gen=%s system=%s", fields, boot_gen, system_id)
+        if http_uri:
+            # Begun before the answer: a Reset sent after this PATCH finds the medium pending.
+            http_boot.start(system_id, http_uri)
         dispatch.send(canvas.boot_apply(celery(), system_id, boot_gen), system_id)
     return resource(_current(system_id), allow=SYSTEM_ALLOW)
 

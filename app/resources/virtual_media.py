@@ -146,6 +146,25 @@ def insert_media(system_id: str, device: str):
     image = checked.url
     username = params.get("UserName") or checked.username
     password = params.get("Password") or checked.password
+    task_id = start_insert(
+        system_id,
+        device,
+        image,
+        username=username,
+        password=password,
+        write_protected=params.get("WriteProtected", True),
+        inserted=params.get("Inserted", True),
+        transfer_protocol=params.get("TransferProtocolType", ""),
+        transfer_method=params.get("TransferMethod", ""),
+    )
+    return accepted(task_id) if task_id else no_content()
+
+
+def start_insert(
+    system_id: str, device: str, image: str, username: str = "", password: str = "", **options
+) -> str | None:
+    """Record an insert and send its chord; the task id, or None when that very image is
+    already attached (nothing to do). Also the medium of a UEFI HTTP boot (systems.py)."""
     st = store()
     current = st.get_media(system_id, device)
     same_credentials = _same_credentials(
@@ -155,19 +174,11 @@ def insert_media(system_id: str, device: str):
     if current.get("image") == image and current.get("inserted") == "1" and same_credentials:
         if current.get("state") in PENDING_STATES:
             if current.get("task"):
-                return accepted(current["task"])
+                return current["task"]
         elif current.get("health") == "OK":
-            return no_content()
+            return None
     began = st.begin_insert(
-        system_id,
-        device,
-        image,
-        write_protected=params.get("WriteProtected", True),
-        inserted=params.get("Inserted", True),
-        transfer_protocol=params.get("TransferProtocolType", ""),
-        transfer_method=params.get("TransferMethod", ""),
-        username=username,
-        password=password,
+        system_id, device, image, username=username, password=password, **options
     )
     build = canvas.legacy_media_chain if settings().legacy_sequential else canvas.insert_media_chord
     gen, task_id = began["gen"], began["task"]
@@ -184,7 +195,7 @@ def insert_media(system_id: str, device: str):
         task_id,
         system_id,
     )
-    return accepted(task_id)
+    return task_id
 
 
 def _same_credentials(stored: dict[str, str], given: dict[str, str]) -> bool:

@@ -89,7 +89,7 @@ def test_secure_boot_and_legacy_bios_exclude_each_other(stack):
 
     assert patch("", {"Boot": {"BootSourceOverrideMode": "Legacy"}}).status_code == 200
     refused = patch("/SecureBoot", {"SecureBootEnable": True})
-    assert refused.status_code == 400
+    assert refused.status_code == 409
     info = refused.json()["error"]["@Message.ExtendedInfo"][0]
     assert info["MessageId"].endswith("PropertyValueConflict")
     assert info["RelatedProperties"] == ["#/SecureBootEnable"]
@@ -98,7 +98,7 @@ def test_secure_boot_and_legacy_bios_exclude_each_other(stack):
     assert patch("", {"Boot": {"BootSourceOverrideMode": "UEFI"}}).status_code == 200
     assert patch("/SecureBoot", {"SecureBootEnable": True}).status_code == 200
     refused = patch("", {"Boot": {"BootSourceOverrideMode": "Legacy"}})
-    assert refused.status_code == 400
+    assert refused.status_code == 409
     info = refused.json()["error"]["@Message.ExtendedInfo"][0]
     assert info["MessageId"].endswith("PropertyValueConflict")
     assert info["RelatedProperties"] == ["#/Boot/BootSourceOverrideMode"]
