@@ -55,6 +55,8 @@ class Settings:
     dv_size_margin: float = 1.3
     dv_min_size_mib: int = 64
     dv_storage_class: str = ""
+    # A ConfigMap (in each VM's namespace) of CA certificates every https import trusts.
+    image_ca_configmap: str = ""
     cdrom_disk: str = "cdrom"
     # A started VM that is not running after this many seconds is stopped and reported.
     power_on_timeout: int = 300
@@ -97,6 +99,7 @@ class Settings:
             dv_size_margin=float(e.get("FLEETFISH_DV_SIZE_MARGIN", cls.dv_size_margin)),
             dv_min_size_mib=int(e.get("FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib)),
             dv_storage_class=e.get("FLEETFISH_DV_STORAGE_CLASS", ""),
+            image_ca_configmap=e.get("FLEETFISH_IMAGE_CA_CONFIGMAP", ""),
             cdrom_disk=e.get("FLEETFISH_CDROM_DISK", cls.cdrom_disk),
             power_on_timeout=int(e.get("FLEETFISH_POWER_ON_TIMEOUT", cls.power_on_timeout)),
             legacy_sequential=_bool(e.get("FLEETFISH_LEGACY_SEQUENTIAL"), False),

@@ -9,6 +9,7 @@ import json
 import logging
 import random
 import signal
+import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -158,16 +159,23 @@ class IsoHTTPServer(ThreadingHTTPServer):
 class IsoServer:
     """``IsoServer(size_mib=4).start()`` serves on ``.url``; ``.image_url(name)`` builds a URL."""
 
-    def __init__(self, port: int = 0, bind: str = "127.0.0.1", size_mib: float = 4):
+    def __init__(
+        self,
+        port: int = 0,
+        bind: str = "127.0.0.1",
+        size_mib: float = 4,
+        tls: tuple[str, str] | None = None,
+    ):
         self.bind = bind
         self.port = port
+        self.tls = tls  # (cert file, key file): serve HTTPS
         self.size = int(size_mib * MiB)
         self._server: IsoHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.bind}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{self.bind}:{self.port}"
 
     def image_url(self, name: str) -> str:
         return f"{self.url}/{name.lstrip('/')}"
@@ -194,6 +202,10 @@ class IsoServer:
     def start(self) -> IsoServer:
         self._server = IsoHTTPServer((self.bind, self.port), self.size)
         self.port = self._server.server_address[1]
+        if self.tls:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.2},
@@ -222,11 +234,14 @@ def main(argv=None) -> int:
     p.add_argument("--bind", default="127.0.0.1")
     p.add_argument("--port", type=int, default=0)
     p.add_argument("--size-mib", type=float, default=4)
+    p.add_argument("--tls-cert", help="serve HTTPS with this certificate (and --tls-key)")
+    p.add_argument("--tls-key")
     args = p.parse_args(argv)
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    server = IsoServer(args.port, args.bind, args.size_mib).start()
+    tls = (args.tls_cert, args.tls_key) if args.tls_cert else None
+    server = IsoServer(args.port, args.bind, args.size_mib, tls=tls).start()
     print(f"isoserver ready: {server.url}", flush=True)
     while not done.wait(1.0):
         pass

@@ -31,6 +31,7 @@ log = logging.getLogger("fleetfish.lab")
 
 REPO = Path(__file__).resolve().parent.parent
 LAB_NAMESPACE = "fleetfish-lab"
+ISO_CA_CONFIGMAP = "fleetfish-image-ca"  # LAB_ISO_TLS: the CA every https import trusts
 LAB_USER = "admin"
 
 
@@ -73,6 +74,7 @@ class LabConfig:
     visibility_timeout: int = 30
     iso_size_mib: int = 4
     tls: bool = False  # serve the API over HTTPS with a generated self-signed certificate
+    iso_tls: bool = False  # serve images over HTTPS with a CA of the lab's own (LAB_ISO_TLS)
     watcher_in_workers: bool = False  # the watcher role as a thread of each worker process
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -96,6 +98,7 @@ class LabConfig:
             legacy_sequential=os.environ.get("FLEETFISH_LEGACY_SEQUENTIAL", "") in ("1", "true"),
             visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout),
             tls=os.environ.get("LAB_TLS", "") in ("1", "true"),
+            iso_tls=os.environ.get("LAB_ISO_TLS", "") in ("1", "true"),
             watcher_in_workers=os.environ.get("FLEETFISH_WORKER_WATCH", "") in ("1", "true"),
         )
 
@@ -145,8 +148,10 @@ def watcher_command() -> list[str]:
     return [sys.executable, "-m", "workers.watcher"]
 
 
-def isoserver_command(bind: str, port: int, size_mib: int) -> list[str]:
-    return [
+def isoserver_command(
+    bind: str, port: int, size_mib: int, tls_dir: Path | None = None
+) -> list[str]:
+    command = [
         sys.executable,
         "-m",
         "lab.isoserver",
@@ -157,6 +162,9 @@ def isoserver_command(bind: str, port: int, size_mib: int) -> list[str]:
         "--size-mib",
         str(size_mib),
     ]
+    if tls_dir is not None:
+        command += ["--tls-cert", str(tls_dir / "cert.pem"), "--tls-key", str(tls_dir / "key.pem")]
+    return command
 
 
 def kubesim_command(
@@ -207,7 +215,13 @@ class LabStack:
     @property
     def iso_url(self) -> str:
         host = "127.0.0.1" if self.config.iso_bind == "0.0.0.0" else self.config.iso_bind
-        return f"http://{host}:{self.config.iso_port}"
+        scheme = "https" if self.config.iso_tls else "http"
+        return f"{scheme}://{host}:{self.config.iso_port}"
+
+    @property
+    def iso_ca(self) -> Path:
+        """The CA certificate of the HTTPS ISO server (LAB_ISO_TLS)."""
+        return self.config.var_dir / "iso-tls" / "ca.pem"
 
     @property
     def flower_url(self) -> str:
@@ -272,6 +286,17 @@ class LabStack:
         )
         return path
 
+    def _publish_iso_ca(self) -> None:
+        """The ConfigMap an operator creates for an HTTPS image server with a private CA."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": ISO_CA_CONFIGMAP, "namespace": LAB_NAMESPACE},
+            "data": {"ca.pem": self.iso_ca.read_text()},
+        }
+        url = f"{self.kube_url}/api/v1/namespaces/{LAB_NAMESPACE}/configmaps"
+        requests.post(url, json=body, timeout=5).raise_for_status()
+
     def service_env(self) -> dict[str, str]:
         cfg = self.config
         env = dict(os.environ)
@@ -291,6 +316,8 @@ class LabStack:
         if cfg.tls:
             env["FLEETFISH_TLS_CERT"] = str(cfg.var_dir / "tls" / "cert.pem")
             env["FLEETFISH_TLS_KEY"] = str(cfg.var_dir / "tls" / "key.pem")
+        if cfg.iso_tls:
+            env["FLEETFISH_IMAGE_CA_CONFIGMAP"] = ISO_CA_CONFIGMAP
         if self.simulated:
             env["FLEETFISH_KUBECONFIG"] = str(cfg.var_dir / "kubeconfig")
             env["FLEETFISH_NAMESPACES"] = LAB_NAMESPACE
@@ -362,8 +389,14 @@ class LabStack:
                 from lab.tls import self_signed
 
                 self_signed(cfg.var_dir / "tls")
+            iso_tls_dir = None
+            if cfg.iso_tls:
+                from lab.tls import private_ca
+
+                iso_tls_dir = private_ca(cfg.var_dir / "iso-tls")[0].parent
             self._spawn(
-                "isoserver", isoserver_command(cfg.iso_bind, cfg.iso_port, cfg.iso_size_mib)
+                "isoserver",
+                isoserver_command(cfg.iso_bind, cfg.iso_port, cfg.iso_size_mib, iso_tls_dir),
             )
             if self.simulated:
                 self._write_kubeconfig()
@@ -374,6 +407,8 @@ class LabStack:
                     ),
                 )
                 self._await_port("kubesim", cfg.kube_port, deadline)
+                if cfg.iso_tls:
+                    self._publish_iso_ca()
             self._await_port("isoserver", cfg.iso_port, deadline)
             for i in range(cfg.workers):
                 self._spawn(f"worker{i}", self.worker_command(i))

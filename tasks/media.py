@@ -74,9 +74,24 @@ def _report_progress(task, system_id, device, gen, task_id, image, pct: float | 
     return True
 
 
+def check_ca_configmap(kv, conf, system_id: str, image: str) -> None:
+    """An importer pod whose CA ConfigMap is missing never starts (and never says so on the
+    DataVolume): fail the media now, naming what to create."""
+    name = conf.image_ca_configmap
+    if not name or not image.lower().startswith("https://"):
+        return
+    ns, _ = split_system_id(system_id)
+    if not kv.configmap_exists(ns, name):
+        raise MediaError(
+            f"the CA ConfigMap {ns}/{name} (FLEETFISH_IMAGE_CA_CONFIGMAP) does not exist: "
+            "create it with the image server's CA certificate"
+        )
+
+
 def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None:
     """Create (or find) this generation's DataVolume; None if the request went stale."""
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
+    check_ca_configmap(kv, conf, system_id, image)
     size = storage_size(head_content_length(image), conf)
     # Credentials never enter the task message: they stay in Redis until put in a Secret.
     creds = store.media_credentials(system_id, device)

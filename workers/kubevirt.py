@@ -327,6 +327,19 @@ class KubeVirt:
         except NotFound:
             return False
 
+    # -- ConfigMaps (the CA bundle CDI's importer trusts) ------------------------------------
+
+    def configmap_exists(self, ns: str, name: str) -> bool:
+        """GET a ConfigMap; False when it does not exist. Raises Transient."""
+        try:
+            with _errors(f"get ConfigMap {ns}/{name}"):
+                client.CoreV1Api(self.api).read_namespaced_config_map(
+                    name, ns, _request_timeout=REQUEST_TIMEOUT
+                )
+            return True
+        except NotFound:
+            return False
+
     # -- lists and watches -------------------------------------------------------------------
 
     def _list_all(self, gv, plural, selector) -> tuple[list[dict], dict[str, str]]:

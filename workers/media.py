@@ -96,6 +96,9 @@ def dv_body(
     http: dict = {"url": image}
     if secret_name:
         http["secretRef"] = secret_name
+    if settings.image_ca_configmap and image.lower().startswith("https://"):
+        # CDI's importer trusts only its system roots unless the DataVolume names a CA.
+        http["certConfigMap"] = settings.image_ca_configmap
     storage: dict = {"resources": {"requests": {"storage": size}}}
     if settings.dv_storage_class:
         storage["storageClassName"] = settings.dv_storage_class

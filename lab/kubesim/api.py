@@ -10,7 +10,7 @@ from collections.abc import Callable
 import yaml
 
 from lab.kubesim import admission, errors
-from lab.kubesim.kinds import DV, NAMESPACE, VM, Kind
+from lab.kubesim.kinds import DV, NAMESPACE, SECRET, VM, Kind
 from lab.kubesim.patch import PatchTestFailed, json_patch, merge_patch
 from lab.kubesim.selectors import field_matcher, label_matcher
 from lab.kubesim.store import ObjectStore
@@ -253,6 +253,12 @@ class ResourceApi:
             admission.validate_vm(obj, creating)
         elif kind is DV:
             admission.validate_dv(obj)
+        elif kind is SECRET and obj.get("stringData"):
+            # The apiserver folds write-only stringData into data (base64) and keeps no copy.
+            data = obj.setdefault("data", {}) or {}
+            for key, value in obj.pop("stringData").items():
+                data[key] = base64.b64encode(str(value).encode()).decode()
+            obj["data"] = data
 
 
 def _encode_continue(ns: str, name: str, rv: int) -> str:

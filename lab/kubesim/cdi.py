@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
+import shutil
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -13,7 +16,7 @@ from urllib.parse import urlsplit
 import requests
 
 from lab.kubesim import boot, finalizers
-from lab.kubesim.kinds import DV, PVC, VMI, Kind
+from lab.kubesim.kinds import CONFIGMAP, DV, PVC, SECRET, VMI, Kind
 from lab.kubesim.store import ObjectStore, now_iso
 
 log = logging.getLogger(__name__)
@@ -110,6 +113,16 @@ class Cdi:
         self._lock = threading.Lock()
         self._deleting: dict[str, float] = {}  # DV uid -> when its deletion was seen
         self._digests: dict[str, str] = {}  # PVC uid -> sha256 of the imported bytes
+        self._ca_dir = tempfile.mkdtemp(prefix="kubesim-ca-")  # certConfigMap contents, as files
+
+    def ca_file(self, ns: str, name: str, pem: str) -> str:
+        """A file holding this ConfigMap's PEM text (requests verifies against a path)."""
+        digest = hashlib.sha256(pem.encode()).hexdigest()[:16]
+        path = os.path.join(self._ca_dir, f"{ns}-{name}-{digest}.pem")
+        if not os.path.exists(path):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(pem)
+        return path
 
     def digest(self, pvc_uid: str) -> str | None:
         with self._lock:
@@ -173,6 +186,7 @@ class Cdi:
             self._jobs.clear()
         for cancel in jobs:
             cancel.set()
+        shutil.rmtree(self._ca_dir, ignore_errors=True)
 
     # -- one import ----------------------------------------------------------------------------
 
@@ -253,6 +267,7 @@ class _Import:
             conditions=_conditions(True, False, False, "Pending", "Import pod scheduled"),
         )
         self._sleep(self.t.schedule)
+        self._wait_for_pod_volumes()
         for _attempt in range(self.t.max_attempts):
             self._update(
                 phase="ImportInProgress", conditions=_conditions(True, False, True, "Pod", "")
@@ -393,6 +408,37 @@ class _Import:
 
     # -- the download ---------------------------------------------------------------------------
 
+    def _wait_for_pod_volumes(self) -> None:
+        """The importer pod mounts the http source's Secret and CA ConfigMap: while one is
+        missing it cannot start (ContainerCreating: no restarts, no progress), as in a cluster."""
+        http = self.source.get("http") or {}
+        refs = [(SECRET, http.get("secretRef")), (CONFIGMAP, http.get("certConfigMap"))]
+        while True:
+            missing = [
+                f'{kind.singular} "{name}" not found'
+                for kind, name in refs
+                if name and self.store.peek(kind, self.ns, name) is None
+            ]
+            if not missing:
+                return
+            self._update(
+                conditions=_conditions(
+                    True, False, False, "Pending", f"MountVolume.SetUp failed: {missing[0]}"
+                )
+            )
+            self._sleep(self.t.retry)
+
+    def _ca_bundle(self, http: dict) -> str | bool:
+        """What the importer verifies an https server with: the certConfigMap's certificates
+        (written to a file for requests), else the system roots."""
+        name = http.get("certConfigMap")
+        if not name:
+            return True
+        config_map = self.store.peek(CONFIGMAP, self.ns, name) or {}
+        pem = "\n".join(str(v) for v in (config_map.get("data") or {}).values())
+        path = self.cdi.ca_file(self.ns, name, pem)
+        return path
+
     def _download(self) -> str:
         """The sha256 hex digest of the bytes downloaded."""
         http = self.source["http"]
@@ -402,7 +448,19 @@ class _Import:
             key, _, value = line.partition(":")
             headers[key.strip()] = value.strip()
         try:
-            resp = requests.get(url, stream=True, timeout=(5, 30), headers=headers)
+            resp = requests.get(
+                url, stream=True, timeout=(5, 30), headers=headers, verify=self._ca_bundle(http)
+            )
+        except requests.exceptions.SSLError as exc:
+            why = (
+                "x509: certificate signed by unknown authority"
+                if "CERTIFICATE_VERIFY_FAILED" in str(exc)
+                else str(exc)
+            )
+            raise TransientError(
+                f'Unable to connect to http data source: Get "{url}": tls: failed to verify '
+                f"certificate: {why}"
+            ) from None
         except requests.ConnectionError:
             parts = urlsplit(url)
             raise TransientError(

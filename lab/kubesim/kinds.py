@@ -76,7 +76,19 @@ NAMESPACE = Kind(
     has_status=False,
 )
 
-ALL: tuple[Kind, ...] = (VM, VMI, DV, PVC, NAMESPACE)
+CONFIGMAP = Kind(
+    "",
+    "v1",
+    "configmaps",
+    "configmap",
+    "ConfigMap",
+    custom=False,
+    short_names=("cm",),
+    has_status=False,
+)
+SECRET = Kind("", "v1", "secrets", "secret", "Secret", custom=False, has_status=False)
+
+ALL: tuple[Kind, ...] = (VM, VMI, DV, PVC, NAMESPACE, CONFIGMAP, SECRET)
 BY_PATH: dict[tuple[str, str, str], Kind] = {(k.group, k.version, k.plural): k for k in ALL}
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

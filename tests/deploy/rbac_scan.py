@@ -32,6 +32,7 @@ PLURAL_GROUPS = {
     "datavolumes": "cdi.kubevirt.io",
     "persistentvolumeclaims": "",
     "secrets": "",
+    "configmaps": "",
 }
 # virt-api subresources: all PUT (update) except the streaming/reading ones.
 SUBRESOURCE_VERBS = {

@@ -113,3 +113,35 @@ def test_deleting_a_datavolume_deletes_its_pvc(k8s, iso):
             return exc.status == 404
 
     wait_until(pvc_gone, what="the PVC to go")
+
+
+def test_secret_string_data_is_stored_as_base64_data(k8s):
+    k8s.core.create_namespaced_secret(
+        NS, {"metadata": {"name": "creds"}, "stringData": {"accessKeyId": "user"}}
+    )
+    stored = k8s.core.read_namespaced_secret("creds", NS)
+    assert stored.data == {"accessKeyId": "dXNlcg=="} and stored.string_data is None
+
+
+def test_an_importer_waits_for_its_secret_and_ca_configmap(k8s, iso):
+    k8s.create_dv(
+        "waits", iso.image_url("w.iso"), secretRef="creds-later", certConfigMap="ca-later"
+    )
+    wait_until(
+        lambda: 'secret "creds-later" not found' in _cond(k8s.dv("waits"), "Running")["message"],
+        timeout=5,
+        what="importer pod waiting for its Secret",
+    )
+    assert k8s.dv("waits")["status"].get("restartCount", 0) == 0
+    k8s.core.create_namespaced_secret(NS, {"metadata": {"name": "creds-later"}, "data": {}})
+    wait_until(
+        lambda: 'configmap "ca-later" not found' in _cond(k8s.dv("waits"), "Running")["message"],
+        timeout=10,
+        what="importer pod waiting for its CA ConfigMap",
+    )
+    k8s.core.create_namespaced_config_map(NS, {"metadata": {"name": "ca-later"}, "data": {}})
+    wait_until(
+        lambda: k8s.dv("waits")["status"].get("phase") == "Succeeded",
+        timeout=20,
+        what="import after both appeared",
+    )
