@@ -15,6 +15,7 @@ from app.dispatch import make_celery
 from app.resources import (
     account_service,
     chassis,
+    log_service,
     managers,
     registries,
     service_root,
@@ -25,6 +26,7 @@ from app.resources import (
     virtual_media,
 )
 from app.sessions import Lockout, Sessions
+from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from fleetfish.store import Store
 
@@ -49,6 +51,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     client: redis.Redis = store.r
     app.extensions["fleetfish.settings"] = settings
     app.extensions["fleetfish.store"] = store
+    app.extensions["fleetfish.events"] = EventLog(client, settings.event_log_entries)
     app.extensions["fleetfish.celery"] = make_celery(settings)
     app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
@@ -78,6 +81,8 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(
         virtual_media.bp, url_prefix="/redfish/v1/Managers", name="manager_media"
     )
+    app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Systems", name="system_logs")
+    app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Managers", name="manager_logs")
 
     @app.after_request
     def _log(resp):
