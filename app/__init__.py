@@ -9,7 +9,7 @@ from flask import Flask, request
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from app import auth, errors, metrics, protocol
+from app import auth, errors, fleet_view, metrics, protocol
 from app.bcrypt_budget import BcryptBudget
 from app.dispatch import make_celery
 from app.resources import (
@@ -75,6 +75,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         session_service,
         account_service,
         registries,
+        fleet_view,
     ):
         app.register_blueprint(module.bp)
     app.register_blueprint(virtual_media.bp, url_prefix="/redfish/v1/Systems", name="system_media")
