@@ -115,7 +115,7 @@ class EventLog:
             mark=(f"insert:{device}", str(gen)),
         )
 
-    def import_progress(self, system_id: str, device: str, gen: int, name: str, pct: float):
+    def import_progress(self, system_id: str, device: str, gen: int, name: str, pct: float) -> None:
         """Import started (below 25 %) and its 25/50/75/100 % milestones, once each per insert."""
         milestone = import_milestone(pct)
         if milestone == 0:
