@@ -9,12 +9,13 @@ from flask import Flask, request
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from app import auth, errors, metrics, protocol
+from app import auth, errors, fleet_view, metrics, protocol
 from app.bcrypt_budget import BcryptBudget
 from app.dispatch import make_celery
 from app.resources import (
     account_service,
     chassis,
+    log_service,
     managers,
     registries,
     secure_boot,
@@ -26,6 +27,7 @@ from app.resources import (
     virtual_media,
 )
 from app.sessions import Lockout, Sessions
+from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from fleetfish.store import Store
 
@@ -50,6 +52,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     client: redis.Redis = store.r
     app.extensions["fleetfish.settings"] = settings
     app.extensions["fleetfish.store"] = store
+    app.extensions["fleetfish.events"] = EventLog(client, settings.event_log_entries)
     app.extensions["fleetfish.celery"] = make_celery(settings)
     app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
@@ -74,12 +77,15 @@ def create_app(settings: Settings | None = None) -> Flask:
         session_service,
         account_service,
         registries,
+        fleet_view,
     ):
         app.register_blueprint(module.bp)
     app.register_blueprint(virtual_media.bp, url_prefix="/redfish/v1/Systems", name="system_media")
     app.register_blueprint(
         virtual_media.bp, url_prefix="/redfish/v1/Managers", name="manager_media"
     )
+    app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Systems", name="system_logs")
+    app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Managers", name="manager_logs")
 
     @app.after_request
     def _log(resp):

@@ -8,12 +8,17 @@ from celery import Celery
 from flask import current_app, g
 
 from app.errors import RedfishError
+from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from fleetfish.store import Store, key_boot, key_media, key_power, key_system
 
 
 def store() -> Store:
     return current_app.extensions["fleetfish.store"]
+
+
+def events() -> EventLog:
+    return current_app.extensions["fleetfish.events"]
 
 
 def celery() -> Celery:

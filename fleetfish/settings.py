@@ -60,6 +60,8 @@ class Settings:
     cdrom_disk: str = "cdrom"
     # A started VM that is not running after this many seconds is stopped and reported.
     power_on_timeout: int = 300
+    # Entries kept in each system's event log (older ones are dropped).
+    event_log_entries: int = 200
     # Reproduces the service fleetfish replaces: media work serialised, Reset never deferred.
     legacy_sequential: bool = False
     # Run the watcher role inside each worker process instead of a separate watcher process.
@@ -102,6 +104,7 @@ class Settings:
             image_ca_configmap=e.get("FLEETFISH_IMAGE_CA_CONFIGMAP", ""),
             cdrom_disk=e.get("FLEETFISH_CDROM_DISK", cls.cdrom_disk),
             power_on_timeout=int(e.get("FLEETFISH_POWER_ON_TIMEOUT", cls.power_on_timeout)),
+            event_log_entries=int(e.get("FLEETFISH_EVENT_LOG_ENTRIES", cls.event_log_entries)),
             legacy_sequential=_bool(e.get("FLEETFISH_LEGACY_SEQUENTIAL"), False),
             worker_watch=_bool(e.get("FLEETFISH_WORKER_WATCH"), False),
             visibility_timeout=int(e.get("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout)),

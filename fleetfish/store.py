@@ -19,6 +19,10 @@ Key layout (all under the ``ff:`` prefix):
                             those left there too long (workers/reaper.py)
 ``ff:starts``               ZSET of Reset task ids whose start ``power.verify`` follows, by the
                             time a check last ran; the reaper re-sends a check lost there
+``ff:log:{id}``             LIST, the system's event log, newest first, capped
+                            (``FLEETFISH_EVENT_LOG_ENTRIES``; fleetfish/eventlog.py)
+``ff:logmeta:{id}``         HASH, the log's last entry id, marks against logging an event twice,
+                            the last boot (fleetfish/eventlog.py)
 
 Keys other modules own, listed here so the whole layout is in one place:
 
@@ -117,6 +121,14 @@ def key_boot(system_id: str) -> str:
 
 def key_task(task_id: str) -> str:
     return f"{PREFIX}task:{task_id}"
+
+
+def key_log(system_id: str) -> str:
+    return f"{PREFIX}log:{system_id}"
+
+
+def key_log_meta(system_id: str) -> str:
+    return f"{PREFIX}logmeta:{system_id}"
 
 
 KEY_SYSTEMS = f"{PREFIX}systems"
@@ -466,6 +478,8 @@ class Store:
     def delete_system(self, system_id: str) -> None:
         pipe = self.r.pipeline()
         pipe.delete(key_system(system_id))
+        # Its event log goes with it: the logs' memory is bounded by the systems that exist.
+        pipe.delete(key_log(system_id), key_log_meta(system_id))
         pipe.srem(KEY_SYSTEMS, system_id)
         pipe.execute()
 
@@ -479,7 +493,7 @@ class Store:
         if keep:
             pipe.sadd(KEY_SYSTEMS, *keep)
         for system_id in gone:
-            pipe.delete(key_system(system_id))
+            pipe.delete(key_system(system_id), key_log(system_id), key_log_meta(system_id))
             pipe.srem(KEY_SYSTEMS, system_id)
         pipe.hset(KEY_MIRROR, "synced_at", str(time.time()))
         pipe.execute()

@@ -69,6 +69,7 @@ def _report_progress(task, system_id, device, gen, task_id, image, pct: float | 
         percent=int(shown * IMPORT_PERCENT_SHARE / 100),
         message=f"Importing {name}: {shown:.1f}%",
     )
+    runtime.events().import_progress(system_id, device, gen, name, shown)
     if task.request.id and not task.request.called_directly:
         task.update_state(state="PROGRESS", meta={"system": system_id, "progress": shown})
     return True
@@ -257,6 +258,7 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
     action, power_task = verdict["action"], verdict["task"]
     if verdict["verdict"] not in ("released", "inflight") or not action:
         return {"released": None}
+    runtime.events().released(system_id, action, power_task)
     try:
         message = run_power(
             runtime.kube(),
@@ -277,6 +279,7 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
     except (PowerError, KubeError) as exc:
         log.error("deferred %s failed: %s", action, exc)
         store.update_task(power_task, state="Exception", status="Critical", message=str(exc))
+        runtime.events().power_failed(system_id, power_task, str(exc), action)
     store.finish_inflight(system_id, body_id)
     return {"released": action, "task": power_task}
 
@@ -313,6 +316,7 @@ def media_failed(self, system_id, device, gen, task_id):
         store.update_task(task_id, state="Cancelled", message="Superseded by a newer media request")
         return {"stale": True}
     log.error("virtual media failed: %s", reason)
+    runtime.events().media_failed(system_id, device, gen, reason)
     for attempt in range(3):
         try:
             _clear_device(system_id, device, gen)

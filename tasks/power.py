@@ -74,6 +74,7 @@ def power_reset(self, system_id, action, task_id, transient=0):
     except (PowerError, KubeError, ValueError) as exc:
         log.error("%s failed: %s", action, exc)
         store.update_task(task_id, state="Exception", status="Critical", message=str(exc))
+        runtime.events().power_failed(system_id, task_id, str(exc), action)
         raise
     return {"action": action, "message": message}
 
@@ -93,6 +94,7 @@ def _fail_start(system_id: str, task_id: str, reason: str, blocked_volume: str) 
     store.start_followed(task_id)
     if not store.fail_power_on(system_id, task_id, reason):
         return
+    runtime.events().power_failed(system_id, task_id, reason)
     if blocked_volume == conf.cdrom_disk:
         media = store.get_media(system_id, "Cd")
         store.update_media(system_id, "Cd", media["gen"], health="Critical", message=reason)
@@ -112,6 +114,13 @@ def _started(store: Store, system_id: str, task: dict) -> dict:
     store.update_task(task["id"], state="Completed", status="OK", message="Powered on")
     store.start_followed(task["id"])
     return {"running": True}
+
+
+def _cannot_follow(system_id: str, task_id: str, exc: Exception) -> None:
+    reason = f"could not follow the start: {exc}"
+    if runtime.store().fail_power_on(system_id, task_id, reason):
+        runtime.events().power_failed(system_id, task_id, reason)
+    runtime.store().start_followed(task_id)
 
 
 @shared_task(bind=True, name="power.verify", max_retries=None, acks_late=True)
@@ -151,14 +160,12 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
     except Transient as exc:
         err = retry_transient(self, exc, {"since": since, "transient": transient})
         if err is exc:  # out of retries: the cluster cannot tell, and the task must end
-            store.fail_power_on(system_id, task_id, f"could not follow the start: {exc}")
-            store.start_followed(task_id)
+            _cannot_follow(system_id, task_id, exc)
         raise err from None
     except KubeError as exc:
         log.error("following the start failed: %s", exc)
         store.end_inflight_task(system_id, task_id)
-        store.fail_power_on(system_id, task_id, f"could not follow the start: {exc}")
-        store.start_followed(task_id)
+        _cannot_follow(system_id, task_id, exc)
         return {"failed": str(exc)}
     store.touch_start(task_id)
     delay = min(START_CHECK_MAX, max(1.0, waited / 4))

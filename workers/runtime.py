@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 
+from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from fleetfish.store import Store
 from workers.kubevirt import KubeVirt
@@ -33,6 +34,11 @@ def store() -> Store:
         if _store is None:
             _store = Store.from_url(conf.redis_url, task_ttl=conf.task_result_ttl)
         return _store
+
+
+def events() -> EventLog:
+    """The event log over the same Redis client as ``store()``."""
+    return EventLog(store().r, settings().event_log_entries)
 
 
 def kube() -> KubeVirt:

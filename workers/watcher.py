@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 
+from fleetfish.eventlog import EventLog
 from fleetfish.mirror import mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
@@ -73,6 +74,10 @@ class Watcher:
         self.send_start_check: reaper.SendStartCheck | None = None
         self.send_eject: reaper.SendEject | None = None
         self._next_reap = 0.0
+        self.events = EventLog(store.r, settings.event_log_entries)
+        # VMI uid whose boot this process already logged, per VM: skips the Redis call on the
+        # VMI's later status updates (the log's own mark keeps it once across watchers).
+        self._booted: dict[tuple[str, str], str] = {}
 
     # -- lease -------------------------------------------------------------------------------
 
@@ -205,6 +210,9 @@ class Watcher:
             docs = [mirror_doc(vm, self._vmis.get(key)) for key, vm in self._vms.items()]
             if self.holding:
                 self.store.replace_systems(docs)
+                for key, vmi in self._vmis.items():
+                    if key in self._vms:
+                        self._log_boot(key, vmi)
         log.info("listed %d VMs and %d VMIs", len(vms), len(vmis))
         return vm_rvs, vmi_rvs
 
@@ -257,8 +265,57 @@ class Watcher:
             vm = self._vms.get(key)
             if vm is not None:
                 self.store.put_system(mirror_doc(vm, self._vmis.get(key)))
+                if plural == VMI_PLURAL and kind != "DELETED":
+                    self._log_boot(key, obj)
             elif plural == VM_PLURAL and kind == "DELETED":
                 self.store.delete_system(system_id(*key))
+
+    def _log_boot(self, key: tuple[str, str], vmi: dict) -> None:
+        """A VMI that reached Running booted: log from what, once per VMI."""
+        uid = _uid(vmi)
+        if (vmi.get("status") or {}).get("phase") != "Running" or self._booted.get(key) == uid:
+            return
+        device, volume = boot_device(vmi)
+        sid = system_id(*key)
+        image = ""
+        if device == "Cd":
+            media = self.store.get_media(sid, "Cd")
+            image = media.get("image", "") if media.get("dv") == volume else ""
+        try:
+            self.events.booted(sid, uid, device, image)
+        except Exception as exc:  # noqa: BLE001 - the mirror matters more than the log line
+            log.warning("could not log the boot of %s: %s", sid, exc)
+            return
+        self._booted[key] = uid
+
+
+def boot_device(vmi: dict) -> tuple[str, str]:
+    """(Redfish boot source, volume name) the firmware of this VMI started from: the first disk
+    in boot order with media present (a hot-plugged one only once attached); ("None", "")
+    when no disk has any. Network boot is not judged (KubeVirt tells nothing of it)."""
+    spec = vmi.get("spec") or {}
+    disks = ((spec.get("domain") or {}).get("devices") or {}).get("disks") or []
+    if any(d.get("bootOrder") is not None for d in disks):
+        disks = sorted((d for d in disks if d.get("bootOrder") is not None), key=_boot_order)
+    volumes = {v.get("name"): v for v in spec.get("volumes") or []}
+    not_ready = {
+        s.get("name")
+        for s in (vmi.get("status") or {}).get("volumeStatus") or []
+        if s.get("hotplugVolume") is not None and s.get("phase") != "Ready"
+    }
+    for disk in disks:
+        name = disk.get("name")
+        volume = volumes.get(name)
+        if volume is None or name in not_ready:
+            continue
+        source = volume.get("dataVolume") or volume.get("persistentVolumeClaim") or {}
+        claim = source.get("name") or source.get("claimName") or ""
+        return ("Cd" if "cdrom" in disk else "Hdd"), claim
+    return "None", ""
+
+
+def _boot_order(disk: dict) -> int:
+    return int(disk["bootOrder"])
 
 
 def _uid(obj: dict) -> str:

@@ -31,6 +31,7 @@ def render_manager(doc: dict) -> dict:
         "PowerState": "On",
         "Status": {"State": "Enabled", "Health": "OK"},
         "VirtualMedia": {"@odata.id": f"{uri}/VirtualMedia"},
+        "LogServices": {"@odata.id": f"{uri}/LogServices"},
         "Links": {
             "ManagerForServers": [{"@odata.id": f"/redfish/v1/Systems/{sid}"}],
             "ManagerForChassis": [{"@odata.id": f"/redfish/v1/Chassis/{sid}"}],

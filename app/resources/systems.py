@@ -9,6 +9,7 @@ from flask import Blueprint, current_app
 from app import dispatch, http_boot
 from app.context import (
     celery,
+    events,
     settings,
     store,
     visible_system,
@@ -113,6 +114,7 @@ def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dic
         "EthernetInterfaces": {"@odata.id": f"{uri}/EthernetInterfaces"},
         "VirtualMedia": {"@odata.id": f"{uri}/VirtualMedia"},
         "SecureBoot": {"@odata.id": f"{uri}/SecureBoot"},
+        "LogServices": {"@odata.id": f"{uri}/LogServices"},
         "Links": {
             "ManagedBy": [{"@odata.id": f"/redfish/v1/Managers/{sid}"}],
             "Chassis": [{"@odata.id": f"/redfish/v1/Chassis/{sid}"}],
@@ -227,6 +229,7 @@ def reset(system_id: str):
     verdict = st.request_power(system_id, action, defer=not settings().legacy_sequential)
     task_id = verdict["task"]
     if verdict["verdict"] == "deferred":
+        events().deferred(system_id, action, task_id)
         current_app.extensions["fleetfish.metrics"].deferred_power_ons.inc()
         log.info(
             "Reset %s deferred until media is ready system=%s task=%s",
@@ -235,6 +238,7 @@ def reset(system_id: str):
             task_id,
         )
         return accepted(task_id)
+    events().reset(system_id, action, task_id)
     signature = canvas.power_reset(celery(), system_id, action, task_id, verdict["celery_id"])
     try:
         dispatch.send(signature, system_id)

@@ -16,6 +16,7 @@ from flask import Blueprint, request
 from app import dispatch
 from app.context import (
     celery,
+    events,
     not_found,
     settings,
     store,
@@ -182,6 +183,7 @@ def start_insert(
     )
     build = canvas.legacy_media_chain if settings().legacy_sequential else canvas.insert_media_chord
     gen, task_id = began["gen"], began["task"]
+    events().inserted(system_id, device, redact(image), gen)
     try:
         result = dispatch.send(build(celery(), system_id, device, gen, image, task_id), system_id)
     except Exception:
@@ -210,6 +212,7 @@ def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:
     try:
         reason = "the media work could not be queued (broker unavailable)"
         st.fail_media(system_id, device, gen, reason, task_id)
+        events().media_failed(system_id, device, gen, reason)
     except Exception:  # Redis is likely down too; the 503 already tells the client to retry.
         log.warning("could not record the failed InsertMedia system=%s", system_id)
 
@@ -230,6 +233,7 @@ def eject_media(system_id: str, device: str):
         return no_content()
     began = st.begin_eject(system_id, device)
     task_id = began["task"]
+    events().ejected(system_id, device)
     if began["released_action"]:
         _release(
             system_id,

@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.stack import LabConfig, LabStack
+import redis
+
+from fleetfish.eventlog import EventLog
+from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 
 REPO = Path(__file__).resolve().parents[2]
 # The schema and profile files the validators read, vendored (README.md there says from where).
@@ -27,7 +30,21 @@ def start_lab(out: Path, tls: bool = False) -> LabStack:
     config = LabConfig.for_tests(
         out / "lab", vms=2, import_seconds=2, workers=1, flower=False, tls=tls
     )
-    return LabStack(config).start(timeout=90)
+    stack = LabStack(config).start(timeout=90)
+    seed_event_log(stack)
+    return stack
+
+
+def seed_event_log(stack: LabStack) -> None:
+    """An OK and a Critical entry in one system's log, so the validators check LogEntry too."""
+    client = redis.Redis.from_url(stack.redis_url)
+    try:
+        log = EventLog(client)
+        system = f"{LAB_NAMESPACE}.ostest-master-0"
+        log.inserted(system, "Cd", "http://192.0.2.10/boot.iso", 1)
+        log.media_failed(system, "Cd", 1, "HTTP 404 from the image server")
+    finally:
+        client.close()
 
 
 def _table_counts(text: str) -> dict[str, int]:

@@ -22,6 +22,8 @@ def concrete_routes(app, system_id: str = SYS, **values: str) -> list[tuple[str,
         "name": "admin",
         "role_id": "Operator",
         "registry_id": "Base.1.22.1",
+        "log_id": "Log",
+        "entry_id": "1",
         **values,
     }
     out = []
@@ -40,7 +42,7 @@ def body_for(path: str) -> dict | None:
         return {"ResetType": "On"}
     if path.endswith("InsertMedia"):
         return {"Image": "http://192.0.2.10/x.iso"}
-    if path.endswith("EjectMedia"):
+    if path.endswith(("EjectMedia", "ClearLog")):
         return {}
     return None
 

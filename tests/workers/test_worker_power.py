@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
+from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from tasks import canvas
 from tests.workers.conftest import NAMESPACE, system, wait_for
@@ -150,3 +151,10 @@ def test_a_start_that_never_runs_is_stopped_and_reported_after_the_bound(lab):
     wait_for(lambda: printable(lab) == "Stopped", 30, "Stopped")
     assert "did not run within 3 s" in lab.store.get_power(system(VM0))["error"]
     assert lab.boots(VM0) == []
+    # ...and so does its event log, once, as the operator reads it after a failed install.
+    failures = [
+        e for e in EventLog(lab.store.r).entries(system(VM0)) if e["kind"] == "power_failed"
+    ]
+    assert len(failures) == 1, failures
+    assert failures[0]["severity"] == "Critical"
+    assert failures[0]["message"].startswith("Power-on failed: the VM did not run within 3 s")
