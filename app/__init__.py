@@ -15,6 +15,7 @@ from app.dispatch import make_celery
 from app.resources import (
     account_service,
     chassis,
+    manager_network,
     managers,
     registries,
     service_root,
@@ -67,6 +68,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         systems,
         system_parts,
         managers,
+        manager_network,
         chassis,
         task_service,
         session_service,
