@@ -159,7 +159,10 @@ def install_request_checks(app: Flask) -> None:
         if version is not None and version.strip() != "4.0":
             raise RedfishError(412, "HeaderInvalid", [f"OData-Version: {version}"])
         # DSP0266: unsupported query parameters starting with $ get 501, bad values of the
-        # supported ones 400; other parameters are ignored.
+        # supported ones 400; other parameters are ignored. An unknown URI or method keeps its
+        # 404/405, whatever its query.
+        if request.routing_exception is not None:
+            return
         g.query = query.parse(request.args)
         if g.query != query.NONE and request.method not in READ:
             raise RedfishError(400, "QueryNotSupportedOnOperation")

@@ -128,3 +128,8 @@ def test_service_root_advertises_what_is_supported(client):
     }
     assert features["SelectQuery"] is True and features["OnlyMemberQuery"] is True
     assert features["FilterQuery"] is False and features["ExcerptQuery"] is False
+
+
+def test_an_unknown_method_or_uri_keeps_its_405_or_404_whatever_the_query(client, systems):
+    assert client.delete(f"{SYSTEMS}?$select=Name", headers=ADMIN).status_code == 405
+    assert client.get("/redfish/v1/Nowhere?$filter=x", headers=ADMIN).status_code == 404
