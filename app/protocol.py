@@ -6,9 +6,10 @@ import hashlib
 import json
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
+from app import query
 from app.errors import RedfishError
 
 JSON_MIMETYPE = "application/json"
@@ -59,9 +60,21 @@ def resource(
     headers: dict[str, str] | None = None,
     etag: bool = True,
 ) -> Response:
-    """A Redfish resource response: @odata.context/etag filled in, ETag/Allow/Link headers set."""
+    """A Redfish resource response: @odata.context/etag filled in, ETag/Allow/Link headers set,
+    and the request's query ($expand, $select, only) applied to a GET."""
     body = finalize(body, etag=False)
     body.pop("@odata.etag", None)
+    wanted = query.current()
+    if wanted != query.NONE and status == 200 and request.method in READ:
+        if wanted.only:
+            member = query.only_member(body)
+            if member:
+                _, answer = query.get(member)
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+        else:
+            body = query.apply(body, wanted)
     text = json.dumps(body)
     tag = ""
     if etag:
@@ -145,10 +158,14 @@ def install_request_checks(app: Flask) -> None:
         version = request.headers.get("OData-Version")
         if version is not None and version.strip() != "4.0":
             raise RedfishError(412, "HeaderInvalid", [f"OData-Version: {version}"])
-        # DSP0266: unsupported query parameters starting with $ get 501; others are ignored.
-        unsupported = [name for name in request.args if name.startswith("$")]
-        if unsupported:
-            raise RedfishError(501, "QueryParameterUnsupported", [unsupported[0]])
+        # DSP0266: unsupported query parameters starting with $ get 501, bad values of the
+        # supported ones 400; other parameters are ignored. An unknown URI or method keeps its
+        # 404/405, whatever its query.
+        if request.routing_exception is not None:
+            return
+        g.query = query.parse(request.args)
+        if g.query != query.NONE and request.method not in READ:
+            raise RedfishError(400, "QueryNotSupportedOnOperation")
 
 
 def install(app: Flask) -> None:

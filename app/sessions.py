@@ -96,6 +96,13 @@ class Sessions:
         pipe.execute()
         return bool(token_hash)
 
+    def delete_of_users(self, users: set[str]) -> list[str]:
+        """End every session of these users; returns the ids ended."""
+        ended = [s["id"] for s in self.list(limit=100_000) if s.get("user") in users]
+        for session_id in ended:
+            self.delete(session_id)
+        return ended
+
     def list(self, limit: int = 1000) -> list[dict[str, str]]:
         ids = list(self.r.zrange(KEY_SESSIONS, 0, limit - 1))
         if not ids:

@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+import redis
 import requests
 
 from bench.runs import lab_vm_names
@@ -214,6 +215,107 @@ def run(clients: int, seconds: float, procs: int, work_dir: Path, client: str) -
     return results
 
 
+class RoundTrips:
+    """Counts Redis round trips of this process: one per command sent alone, one per pipeline
+    (redis-py writes a whole pipeline with one send)."""
+
+    def __init__(self):
+        self.count = 0
+        self._original = redis.connection.AbstractConnection.send_packed_command
+
+    def __enter__(self) -> RoundTrips:
+        original, counter = self._original, self
+
+        def counted(conn, command, *args, **kwargs):
+            counter.count += 1
+            return original(conn, command, *args, **kwargs)
+
+        redis.connection.AbstractConnection.send_packed_command = counted
+        return self
+
+    def __exit__(self, *exc) -> None:
+        redis.connection.AbstractConnection.send_packed_command = self._original
+
+
+def expand_compare(systems: int, repeats: int, work_dir: Path) -> dict:
+    """One GET of /redfish/v1/Systems?$expand=.($levels=1) against the collection plus one GET
+    per member: wall time over HTTP (keep-alive, the lab's gunicorn; median of ``repeats``) and
+    Redis round trips inside the API (the same app in this process, against the lab's Redis)."""
+    from app import create_app
+    from fleetfish.settings import Settings
+
+    config = LabConfig.for_tests(work_dir / "expand", vms=systems, workers=1, flower=False)
+    with LabStack(config) as stack:
+        auth = stack.credentials
+        base = f"{stack.redfish_url}/redfish/v1/Systems"
+        expanded_url = f"{base}?$expand=.($levels=1)"
+        session = requests.Session()
+        session.auth = auth
+        session.get(base, timeout=30).raise_for_status()
+
+        def expanded() -> list[str]:
+            reply = session.get(expanded_url, timeout=60)
+            reply.raise_for_status()
+            return [m["PowerState"] for m in reply.json()["Members"]]
+
+        def singles() -> list[str]:
+            reply = session.get(base, timeout=30)
+            reply.raise_for_status()
+            states = []
+            for member in reply.json()["Members"]:
+                one = session.get(stack.redfish_url + member["@odata.id"], timeout=30)
+                one.raise_for_status()
+                states.append(one.json()["PowerState"])
+            return states
+
+        timings: dict[str, list[float]] = {"expanded": [], "singles": []}
+        states: dict[str, list[str]] = {}
+        for _ in range(repeats):
+            for name, call in (("expanded", expanded), ("singles", singles)):
+                t0 = time.perf_counter()
+                states[name] = call()
+                timings[name].append(time.perf_counter() - t0)
+        assert states["expanded"] == states["singles"], "expanded members differ from GETs"
+        assert len(states["expanded"]) == systems, len(states["expanded"])
+
+        users_file = str(config.var_dir / "users.json")
+        app = create_app(Settings(redis_url=stack.redis_url, users_file=users_file))
+        client = app.test_client()
+        headers = {
+            "Authorization": "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        }
+        client.get("/redfish/v1/Systems", headers=headers)  # the password check, once
+        trips = {}
+        with RoundTrips() as counter:
+            body = client.get("/redfish/v1/Systems?$expand=.($levels=1)", headers=headers)
+            trips["expanded"] = counter.count
+            counter.count = 0
+            for member in client.get("/redfish/v1/Systems", headers=headers).get_json()["Members"]:
+                client.get(member["@odata.id"], headers=headers)
+            trips["singles"] = counter.count
+        assert len(body.get_json()["Members"]) == systems
+    return {
+        "systems": systems,
+        "repeats": repeats,
+        "expanded_ms": round(percentile(timings["expanded"], 50) * 1000, 1),
+        "singles_ms": round(percentile(timings["singles"], 50) * 1000, 1),
+        "expanded_redis_round_trips": trips["expanded"],
+        "singles_redis_round_trips": trips["singles"],
+        "singles_requests": systems + 1,
+    }
+
+
+def expand_table(r: dict) -> str:
+    return (
+        "| reading the power state of every system | requests | time (median) "
+        "| Redis round trips |\n|---|---|---|---|\n"
+        f"| one GET `Systems?$expand=.($levels=1)` | 1 | {r['expanded_ms']} ms "
+        f"| {r['expanded_redis_round_trips']} |\n"
+        f"| GET `Systems`, then each member | {r['singles_requests']} | {r['singles_ms']} ms "
+        f"| {r['singles_redis_round_trips']} |\n"
+    )
+
+
 def table(results: list[dict]) -> str:
     lines = [
         "| service | connection | requests | errors | throughput | p50 | p99 | server CPU/req "
@@ -271,13 +373,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out", type=Path, default=REPO / "var" / "bench" / "api-latency")
     p.add_argument("--work-dir", type=Path, default=REPO / "var" / "bench" / "api")
+    p.add_argument(
+        "--expand",
+        type=int,
+        metavar="N",
+        help="instead: N systems, one expanded GET of the collection against N+1 single GETs",
+    )
+    p.add_argument("--repeats", type=int, default=5, help="--expand: runs of each, median shown")
     args = p.parse_args(argv)
     work = args.work_dir / time.strftime("%Y%m%d-%H%M%S")
+    command = "python -m bench.api_latency " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.expand:
+        found_expand = expand_compare(args.expand, args.repeats, work)
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "expand.json").write_text(
+            json.dumps({"command": command, **found_expand}, indent=2)
+        )
+        print(expand_table(found_expand))
+        return 0
     if args.client == "python":
         log.warning("wrk not used: the Python clients' own CPU use inflates the latencies")
     results = run(args.clients, args.seconds, args.procs, work, args.client)
     found = verdicts(results)
-    command = "python -m bench.api_latency " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "api_latency.json").write_text(
         json.dumps(

@@ -37,6 +37,8 @@ class Settings:
     max_body_bytes: int = 64 * 1024
     # Share of each API process's time that bcrypt checks of new credentials may take (0: no cap).
     bcrypt_share: float = 0.2
+    # A PATCH of a Manager's DateTime this close to the service clock (seconds) is accepted.
+    clock_tolerance: int = 300
     # Cluster selection (workers and watcher)
     kubeconfig: str = ""
     namespaces: tuple[str, ...] = ()
@@ -85,6 +87,7 @@ class Settings:
             require_tls=_bool(e.get("FLEETFISH_REQUIRE_TLS"), False),
             max_body_bytes=int(e.get("FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes)),
             bcrypt_share=float(e.get("FLEETFISH_BCRYPT_SHARE", cls.bcrypt_share)),
+            clock_tolerance=int(e.get("FLEETFISH_CLOCK_TOLERANCE", cls.clock_tolerance)),
             kubeconfig=e.get("FLEETFISH_KUBECONFIG") or e.get("KUBECONFIG", ""),
             namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
             label_selector=e.get("FLEETFISH_LABEL_SELECTOR", ""),

@@ -616,9 +616,12 @@ class Store:
     def get_power(self, system_id: str) -> dict[str, str]:
         return _decode(self.r.hgetall(key_power(system_id)))
 
-    def request_power(self, system_id: str, action: str, *, defer: bool = True) -> dict[str, str]:
+    def request_power(
+        self, system_id: str, action: str, *, defer: bool = True, requested: str = ""
+    ) -> dict[str, str]:
         """Create the Reset task and decide whether it runs now or waits for pending media,
-        in one step.
+        in one step. ``requested``: the ResetType the client sent when ``action`` is what it
+        was resolved to (PushPowerButton); the task is named after it.
 
         Returns ``task``, ``verdict`` ("run" or "deferred"), ``celery_id`` (send a "run" under
         this id) and ``cancelled_task``: a deferred action this request superseded or
@@ -635,7 +638,7 @@ class Store:
                 KEY_RESETS,
             ],
             args=[
-                *self._task_args(task_id, f"Reset {action}", system_id),
+                *self._task_args(task_id, f"Reset {requested or action}", system_id),
                 action,
                 ",".join(ON_ACTIONS),
                 ",".join(OFF_ACTIONS),

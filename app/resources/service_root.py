@@ -9,6 +9,7 @@ from flask import Blueprint, Response
 
 from app.context import settings
 from app.protocol import resource
+from app.query import MAX_LEVELS
 
 bp = Blueprint("service_root", __name__)
 
@@ -21,6 +22,8 @@ SCHEMAS = (
     ("ComputerSystem", "ComputerSystem.v1_27_0"),
     ("ManagerCollection", ""),
     ("Manager", "Manager.v1_24_0"),
+    ("ManagerNetworkProtocol", "ManagerNetworkProtocol.v1_12_0"),
+    ("IPAddresses", "IPAddresses.v1_1_5"),
     ("ChassisCollection", ""),
     ("Chassis", "Chassis.v1_28_0"),
     ("VirtualMediaCollection", ""),
@@ -90,10 +93,16 @@ def root():
         "Product": "fleetfish KubeVirt BMC",
         "ProtocolFeaturesSupported": {
             "ExcerptQuery": False,
-            "ExpandQuery": {"ExpandAll": False, "Levels": False, "Links": False, "NoLinks": False},
+            "ExpandQuery": {
+                "ExpandAll": True,
+                "Levels": True,
+                "Links": True,
+                "NoLinks": True,
+                "MaxLevels": MAX_LEVELS,
+            },
             "FilterQuery": False,
-            "OnlyMemberQuery": False,
-            "SelectQuery": False,
+            "OnlyMemberQuery": True,
+            "SelectQuery": True,
         },
         "Links": {"Sessions": {"@odata.id": "/redfish/v1/SessionService/Sessions"}},
     }

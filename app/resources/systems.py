@@ -6,7 +6,7 @@ import logging
 
 from flask import Blueprint, current_app
 
-from app import dispatch, http_boot
+from app import dispatch, http_boot, query
 from app.context import (
     celery,
     events,
@@ -15,6 +15,7 @@ from app.context import (
     visible_system,
     visible_system_with,
     visible_systems,
+    visible_systems_with,
 )
 from app.errors import RedfishError, message
 from app.image_url import redact
@@ -32,16 +33,23 @@ SYSTEMS = "/redfish/v1/Systems"
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "UefiHttp")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
-# KubeVirt has no NMI and no power button; Pause/Resume map to the VMI pause subresources.
+# KubeVirt has no NMI (no subresource delivers one), so Nmi is not offered. PowerCycle and
+# ForceRestart are a restart (a start when off), ForceOn a start, PushPowerButton toggles the
+# power state the caller sees; Pause/Resume map to the VMI pause subresources.
 RESET_TYPES = (
     "On",
+    "ForceOn",
     "ForceOff",
     "GracefulShutdown",
     "GracefulRestart",
     "ForceRestart",
+    "PowerCycle",
+    "PushPowerButton",
     "Pause",
     "Resume",
 )
+# Power states in which the power button shuts the system down; in the others it powers on.
+BUTTON_TURNS_OFF = ("On", "PoweringOn", "Paused")
 SYSTEM_ALLOW = ("GET", "HEAD", "PATCH")
 
 BOOT_WRITABLE = {
@@ -133,6 +141,14 @@ def _current(system_id: str) -> dict:
     return render_system(doc, power, boot)
 
 
+@query.batch(rf"^{SYSTEMS}/[^/]+$")
+def render_systems(paths: list[str]) -> dict[str, dict]:
+    """Systems as their GET renders them, read in one pipeline (an expanded collection)."""
+    ids = [path.rsplit("/", 1)[-1] for path in paths]
+    found = visible_systems_with(ids, "power", "boot")
+    return {system_uri(sid): finalize(render_system(*found[sid])) for sid in found}
+
+
 @bp.get(SYSTEMS)
 def systems():
     ids = [system_uri(d["id"]) for d in visible_systems()]
@@ -214,6 +230,13 @@ def patch_system(system_id: str):
     return resource(_current(system_id), allow=SYSTEM_ALLOW)
 
 
+def button_action(system_id: str) -> str:
+    """What PushPowerButton does now: a graceful shutdown of a system that is (coming) on,
+    a power-on otherwise, under the same deferral rules as On."""
+    doc, power = visible_system_with(system_id, "power")
+    return "GracefulShutdown" if power_state(doc, power) in BUTTON_TURNS_OFF else "On"
+
+
 @bp.post(f"{SYSTEMS}/<system_id>/Actions/ComputerSystem.Reset")
 def reset(system_id: str):
     visible_system(system_id)
@@ -222,11 +245,14 @@ def reset(system_id: str):
         json_body(),
         {"ResetType": Param(str, required=True, allowed=RESET_TYPES)},
     )
-    action = params["ResetType"]
+    requested = params["ResetType"]
+    action = button_action(system_id) if requested == "PushPowerButton" else requested
     st = store()
     # The task and the request are one Redis step: an API killed after it leaves work that the
     # reaper re-sends (workers/reaper.py), never a task that nothing ends.
-    verdict = st.request_power(system_id, action, defer=not settings().legacy_sequential)
+    verdict = st.request_power(
+        system_id, action, defer=not settings().legacy_sequential, requested=requested
+    )
     task_id = verdict["task"]
     if verdict["verdict"] == "deferred":
         events().deferred(system_id, action, task_id)

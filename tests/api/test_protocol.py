@@ -167,8 +167,8 @@ def test_unsupported_odata_version_is_412(client):
     assert client.get("/redfish/v1/", headers={"OData-Version": "4.0"}).status_code == 200
 
 
-def test_dollar_query_parameters_are_501_others_ignored(client, systems):
-    resp = client.get("/redfish/v1/Systems?$expand=.", headers=ADMIN)
+def test_unsupported_dollar_query_parameters_are_501_others_ignored(client, systems):
+    resp = client.get("/redfish/v1/Systems?$skip=1", headers=ADMIN)
     assert resp.status_code == 501
     assert error_ids(resp) == ["QueryParameterUnsupported"]
     assert client.get("/redfish/v1/Systems?foo=bar", headers=ADMIN).status_code == 200

@@ -76,3 +76,15 @@ def test_session_auth_logs_out_afterwards(tool, store):
 def test_wrong_password_fails_with_401(tool):
     result = tool("Systems", password="wrong")
     assert result.returncode != 0 and "401" in result.stderr
+
+
+def test_manager_clock_address_and_protocols(tool):
+    manager = _json(tool("Managers", "-I", SYS))
+    assert manager["DateTimeLocalOffset"] == "+00:00"
+    protocols = _json(tool("Managers", "-I", SYS, "NetworkProtocol"))
+    assert protocols["HTTP"]["ProtocolEnabled"] is True
+    interfaces = _json(tool("Managers", "-I", SYS, "EthernetInterfaces", "list"))
+    assert [m["Id"] for m in interfaces["Members"]] == ["BMC"]
+    # redfishtool sends the time it is given; the service's own clock is within tolerance.
+    result = tool("Managers", "-I", SYS, "setDateTime", manager["DateTime"])
+    assert result.returncode == 0, result.stderr

@@ -129,3 +129,61 @@ def test_task_resource_fields(client, store, systems):
     service = client.get("/redfish/v1/TaskService", headers=ADMIN).get_json()
     assert service["Tasks"]["@odata.id"] == "/redfish/v1/TaskService/Tasks"
     assert client.get("/redfish/v1/TaskService/Tasks/nope", headers=ADMIN).status_code == 404
+
+
+def test_offered_reset_types_are_the_supported_ones(client, systems):
+    action = client.get(SYS_URI, headers=ADMIN).get_json()["Actions"]["#ComputerSystem.Reset"]
+    assert action["ResetType@Redfish.AllowableValues"] == [
+        "On",
+        "ForceOn",
+        "ForceOff",
+        "GracefulShutdown",
+        "GracefulRestart",
+        "ForceRestart",
+        "PowerCycle",
+        "PushPowerButton",
+        "Pause",
+        "Resume",
+    ]
+
+
+def test_force_on_and_power_cycle_wait_for_pending_media_like_on(client, store, systems, queues):
+    client.post(INSERT_URI, json={"Image": ISO}, headers=ADMIN)
+    for kind in ("ForceOn", "PowerCycle"):
+        resp = client.post(RESET_URI, json={"ResetType": kind}, headers=ADMIN)
+        assert resp.status_code == 202
+        assert task_of(client, resp)["TaskState"] == "Pending"
+        assert client.get(SYS_URI, headers=ADMIN).get_json()["PowerState"] == "PoweringOn"
+    assert store.get_power(SYS)["deferred"] == "PowerCycle"
+    assert queues.names("fleetfish.power") == []
+
+
+def running(store, system_id: str) -> None:
+    """Mirror the system as a running VM, as the watcher would."""
+    doc = store.get_system(system_id)
+    store.put_system({**doc, "runStrategy": "Always", "printableStatus": "Running"})
+
+
+def test_power_button_of_an_off_system_powers_on_after_the_media(client, store, systems, queues):
+    client.post(INSERT_URI, json={"Image": ISO}, headers=ADMIN)
+    resp = client.post(RESET_URI, json={"ResetType": "PushPowerButton"}, headers=ADMIN)
+    task = task_of(client, resp)
+    assert (task["Name"], task["TaskState"]) == ("Reset PushPowerButton", "Pending")
+    assert store.get_power(SYS)["deferred"] == "On"
+    assert client.get(SYS_URI, headers=ADMIN).get_json()["PowerState"] == "PoweringOn"
+    # Pressed again while it is coming on: the press turns it off, so the power-on is cancelled.
+    again = client.post(RESET_URI, json={"ResetType": "PushPowerButton"}, headers=ADMIN)
+    assert task_of(client, resp)["TaskState"] == "Cancelled"
+    assert queues.messages("fleetfish.power") == [
+        {"task": "power.reset", "args": [SYS, "GracefulShutdown", again.get_json()["Id"]]}
+    ]
+
+
+def test_power_button_of_a_running_system_shuts_it_down_now(client, store, systems, queues):
+    running(store, SYS)
+    resp = client.post(RESET_URI, json={"ResetType": "PushPowerButton"}, headers=ADMIN)
+    assert resp.status_code == 202
+    assert queues.messages("fleetfish.power") == [
+        {"task": "power.reset", "args": [SYS, "GracefulShutdown", resp.get_json()["Id"]]}
+    ]
+    assert store.get_task(resp.get_json()["Id"])["name"] == "Reset PushPowerButton"
