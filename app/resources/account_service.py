@@ -75,6 +75,16 @@ PW = "Password"
 PW_CHANGE = "PasswordChangeRequired"
 
 
+def _patch_body() -> dict:
+    """A PATCH body without its OData control properties (``@odata.id``, ``@odata.etag``...),
+    which DSP0266 lets a client send back unchanged; nothing else left is 400 NoOperation."""
+    body = json_body(allow_empty=False)
+    kept = {k: v for k, v in body.items() if not k.startswith("@odata.")}
+    if not kept:
+        raise RedfishError(400, "NoOperation")
+    return kept
+
+
 def _accounts() -> AccountStore:
     return current_app.extensions["fleetfish.accounts"]
 
@@ -137,7 +147,7 @@ def patch_account_service():
     _admin_only()
     values = policy()
     current = finalize(render_service(values))
-    body = json_body(allow_empty=False)
+    body = _patch_body()
     writable = {name: Param(int) for name in POLICY_RANGES}
     changes, errors = patch_object(body, writable, set(current) - set(writable))
     for name, value in list(changes.items()):
@@ -422,7 +432,7 @@ def _file_account_patch(user: User, body: dict) -> None:
 @bp.patch(f"{ACCOUNTS}/<name>")
 def patch_account(name: str):
     user = _visible(name)
-    body = json_body(allow_empty=False)
+    body = _patch_body()
     own = user.name == g.user.name
     # ConfigureSelf: anyone may change their own password; everything else is ConfigureUsers.
     if not g.user.admin and (not own or set(body) - {PW}):

@@ -310,6 +310,8 @@ def test_bad_requests_name_the_property_and_change_nothing(service):
     assert ids(lock) == ["PropertyValueNotInList"]
     wrong_type = service.admin.patch(uri, body={"Password": 12345678})
     assert ids(wrong_type) == ["PropertyValueTypeError"] and "12345678" not in wrong_type.text
+    odata_only = service.admin.patch(uri, body={"@odata.id": uri + "/"})
+    assert odata_only.status == 400 and ids(odata_only) == ["NoOperation"]
     stale = service.admin.patch(uri, body={"Enabled": False}, headers={"If-Match": '"stale"'})
     assert stale.status == 412 and ids(stale) == ["PreconditionFailed"]
     missing = service.admin.post(ACCOUNTS, body={"UserName": "jill"})
