@@ -8,6 +8,7 @@ The `redfish` library logs in (Basic or session) and DMTF's Redfish-Tacklebox
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 import redfish
@@ -20,6 +21,8 @@ from redfish_utilities.messages import (
     RedfishOperationFailedError,
     RedfishPasswordChangeRequiredError,
 )
+
+from tests.polling import wait_for
 
 ACCOUNTS = "/redfish/v1/AccountService/Accounts"
 SERVICE = "/redfish/v1/AccountService"
@@ -273,6 +276,28 @@ def test_lockout_settings_are_honoured_and_an_admin_unlocks(service):
         service.basic("GET", SYS_URI, "gina", "wrong-password")
     assert service.basic("GET", SYS_URI, "gina", NEW_PW).status_code == 200
     assert "AccountService changed by 'admin': AccountLockoutThreshold=0" in service.log()
+
+
+def test_a_shorter_lockout_duration_ends_the_lock_sooner(service):
+    redfish_utilities.add_user(service.admin, "lena", NEW_PW, "Operator")
+    policy = {
+        "AccountLockoutThreshold": 3,
+        "AccountLockoutDuration": 2,
+        "AccountLockoutCounterResetAfter": 2,
+    }
+    assert service.admin.patch(SERVICE, body=policy).status == 200
+    for _ in range(3):
+        service.basic("GET", SYS_URI, "lena", "wrong-password")
+    locked_at = time.monotonic()
+    assert service.basic("GET", SYS_URI, "lena", NEW_PW).status_code == 401
+    # Polled with a GET of the account, which does not count as an attempt.
+    wait_for(
+        lambda: service.admin.get(f"{ACCOUNTS}/lena").dict["Locked"] is False,
+        timeout=10,
+        what="the lock to end",
+    )
+    assert time.monotonic() - locked_at < 5  # the default duration is 60 s
+    assert service.basic("GET", SYS_URI, "lena", NEW_PW).status_code == 200
 
 
 def test_password_length_policy_applies_to_new_passwords(service):
