@@ -2,9 +2,10 @@
 
 Users come from ``FLEETFISH_USERS_FILE`` (YAML or JSON, format in docs/redfish.md), re-read when
 the file changes (a Kubernetes Secret update), and from the accounts made through the
-AccountService (Redis, ``fleetfish.accounts``); the file wins on a name clash. bcrypt is slow on purpose; since Ironic opens a new
-connection and sends Basic credentials on every request, one successful verification is cached
-in-process for CACHE_TTL seconds as an HMAC under a per-process random key.
+AccountService (Redis, ``fleetfish.accounts``); the file wins on a name clash. bcrypt is slow on
+purpose; since Ironic opens a new connection and sends Basic credentials on every request, one
+successful verification is cached in-process for CACHE_TTL seconds as an HMAC under a
+per-process random key.
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ class UserDB:
 
     def cached(self, name: str, password: str) -> User | None:
         """The user when these exact credentials were verified less than CACHE_TTL ago."""
+        self._reload()  # a changed users file empties the cache first
         cached = self._cache.get(name)
         if not cached or cached[1] <= time.monotonic():
             return None
@@ -224,6 +226,7 @@ class UserDB:
     def verified_before(self, name: str, password: str) -> bool:
         """These exact credentials were verified in this process since the users file last
         changed, however long ago (the cache entry outlives CACHE_TTL for this purpose)."""
+        self._reload()
         cached = self._cache.get(name)
         user = self.get(name) if cached else None
         if user is None or not cached:
