@@ -28,6 +28,7 @@ from app.resources import (
     virtual_media,
 )
 from app.sessions import Lockout, Sessions
+from fleetfish.accounts import AccountStore
 from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from fleetfish.store import Store
@@ -55,9 +56,11 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["fleetfish.store"] = store
     app.extensions["fleetfish.events"] = EventLog(client, settings.event_log_entries)
     app.extensions["fleetfish.celery"] = make_celery(settings)
-    app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file)
+    accounts = AccountStore(client)
+    app.extensions["fleetfish.accounts"] = accounts
+    app.extensions["fleetfish.users"] = auth.UserDB(settings.users_file, accounts)
     app.extensions["fleetfish.sessions"] = Sessions(client, settings.session_timeout)
-    app.extensions["fleetfish.lockout"] = Lockout(client)
+    app.extensions["fleetfish.lockout"] = Lockout(client, accounts)
     app.extensions["fleetfish.bcrypt_budget"] = BcryptBudget(share=settings.bcrypt_share)
 
     # Order matters: metrics time everything, protocol checks, then auth, then the resources.

@@ -1,9 +1,11 @@
 """Authentication (HTTP Basic and X-Auth-Token sessions), roles and per-user system scope.
 
 Users come from ``FLEETFISH_USERS_FILE`` (YAML or JSON, format in docs/redfish.md), re-read when
-the file changes (a Kubernetes Secret update). bcrypt is slow on purpose; since Ironic opens a new
-connection and sends Basic credentials on every request, one successful verification is cached
-in-process for CACHE_TTL seconds as an HMAC under a per-process random key.
+the file changes (a Kubernetes Secret update), and from the accounts made through the
+AccountService (Redis, ``fleetfish.accounts``); the file wins on a name clash. bcrypt is slow on
+purpose; since Ironic opens a new connection and sends Basic credentials on every request, one
+successful verification is cached in-process for CACHE_TTL seconds as an HMAC under a
+per-process random key.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from flask import Flask, current_app, g, request
 from app.bcrypt_budget import BcryptBudget
 from app.errors import RedfishError
 from app.scope import Scope
+from fleetfish.accounts import AccountStore
 
 log = logging.getLogger("fleetfish.api")
 
@@ -47,8 +50,23 @@ SESSIONS_PATH = "/redfish/v1/SessionService/Sessions"
 # DSP0266: a POST to a collection's Members property is the same as a POST to the collection.
 LOGIN_PATHS = frozenset({SESSIONS_PATH, f"{SESSIONS_PATH}/Members"})
 WRITE_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
-# Endpoints a ReadOnly user may write to: logging out of its own session (checked by the handler).
-SELF_SERVICE_ENDPOINTS = frozenset({"session_service.logout"})
+# Endpoints a ReadOnly user may write to: logging out of its own session and changing its own
+# password (both checked by the handler).
+SELF_SERVICE_ENDPOINTS = frozenset({"session_service.logout", "account_service.patch_account"})
+# What a user whose PasswordChangeRequired is set may still do (DSP0266, "Password change
+# required handling"): read and PATCH its own account, read and end its own session, and read
+# the way there (AccountService, the Accounts collection, which then lists its own account only).
+PASSWORD_CHANGE_ENDPOINTS = {
+    "account_service.account_service": "",
+    "account_service.accounts": "",
+    "account_service.account": "name",
+    "account_service.patch_account": "name",
+    "session_service.session": "session_id",
+    "session_service.logout": "session_id",
+}
+ACCOUNTS_URI = "/redfish/v1/AccountService/Accounts"
+# bcrypt reads at most 72 bytes of a password; bcrypt 5 raises past that instead of ignoring them.
+BCRYPT_MAX_BYTES = 72
 CACHE_TTL = 30.0
 RELOAD_CHECK_SECONDS = 2.0
 # Checked for unknown user names so their timing matches a real (cost 12) user; the password
@@ -63,6 +81,12 @@ class User:
     scope: Scope
     password_hash: bytes = b""
     password_plain: str = ""
+    # "file" (users file or Secret: read-only through Redfish) or "redfish" (AccountService).
+    source: str = "file"
+    enabled: bool = True
+    password_change_required: bool = False
+    # Renewed with each password set through Redfish: a session opened under another is dead.
+    epoch: str = ""
 
     @property
     def read_only(self) -> bool:
@@ -104,11 +128,34 @@ def parse_users(text: str, source: str = "users file") -> dict[str, User]:
     return users
 
 
-class UserDB:
-    """The users file, reloaded on change, with the verification cache."""
+def user_from_record(record: dict[str, str]) -> User:
+    """A User from an AccountService account as ``fleetfish.accounts`` stores it."""
+    namespaces = [n for n in record.get("namespaces", "").split(",") if n]
+    return User(
+        name=record["name"],
+        role=record.get("role", "ReadOnly"),
+        scope=Scope.from_config(
+            {"namespaces": namespaces, "labelSelector": record.get("selector", "")}
+        ),
+        password_hash=record.get("hash", "").encode(),
+        source="redfish",
+        enabled=record.get("enabled") == "1",
+        password_change_required=record.get("pwchange") == "1",
+        epoch=record.get("epoch", ""),
+    )
 
-    def __init__(self, path: str):
+
+def checkpw(password: str, hashed: bytes) -> bool:
+    return bcrypt.checkpw(password.encode()[:BCRYPT_MAX_BYTES], hashed)
+
+
+class UserDB:
+    """The users file, reloaded on change, and the AccountService accounts, with the
+    verification cache (keyed on the password hash too, so a new password voids it)."""
+
+    def __init__(self, path: str, accounts: AccountStore | None = None):
         self.path = path
+        self.accounts = accounts
         self._users: dict[str, User] = {}
         self._mtime: float | None = None
         self._checked = 0.0
@@ -142,13 +189,24 @@ class UserDB:
             self._cache.clear()
         log.info("loaded %d users from %s", len(users), self.path)
 
-    def get(self, name: str) -> User | None:
+    def file_user(self, name: str) -> User | None:
         self._reload()
         return self._users.get(name)
 
+    def get(self, name: str) -> User | None:
+        """The user of that name: the file's, else the AccountService's (one Redis read)."""
+        user = self.file_user(name)
+        if user is not None or self.accounts is None or not name:
+            return user
+        record = self.accounts.get(name)
+        return user_from_record(record) if record else None
+
     def all(self) -> list[User]:
         self._reload()
-        return sorted(self._users.values(), key=lambda u: u.name)
+        users = dict(self._users)
+        for record in self.accounts.all() if self.accounts is not None else []:
+            users.setdefault(record["name"], user_from_record(record))
+        return sorted(users.values(), key=lambda u: u.name)
 
     def _digest(self, name: str, password: str, user: User) -> bytes:
         material = b"\0".join([name.encode(), password.encode(), user.password_hash])
@@ -156,17 +214,21 @@ class UserDB:
 
     def cached(self, name: str, password: str) -> User | None:
         """The user when these exact credentials were verified less than CACHE_TTL ago."""
-        user = self.get(name)
+        self._reload()  # a changed users file empties the cache first
         cached = self._cache.get(name)
-        if user is None or not cached or cached[1] <= time.monotonic():
+        if not cached or cached[1] <= time.monotonic():
+            return None
+        user = self.get(name)
+        if user is None:
             return None
         return user if hmac.compare_digest(cached[0], self._digest(name, password, user)) else None
 
     def verified_before(self, name: str, password: str) -> bool:
         """These exact credentials were verified in this process since the users file last
         changed, however long ago (the cache entry outlives CACHE_TTL for this purpose)."""
-        user = self.get(name)
+        self._reload()
         cached = self._cache.get(name)
+        user = self.get(name) if cached else None
         if user is None or not cached:
             return False
         return hmac.compare_digest(cached[0], self._digest(name, password, user))
@@ -177,11 +239,11 @@ class UserDB:
             return hit
         user = self.get(name)
         if user is None:
-            bcrypt.checkpw(password.encode(), _DUMMY_HASH)
+            checkpw(password, _DUMMY_HASH)
             return None
         if user.password_hash:
             try:
-                ok = bcrypt.checkpw(password.encode(), user.password_hash)
+                ok = checkpw(password, user.password_hash)
             except ValueError:
                 log.error("user %r has an invalid bcrypt hash", name)
                 ok = False
@@ -215,7 +277,7 @@ def check_password(name: str, password: str) -> User | None:
     if lockout.recently_clear(name):
         user = users.cached(name, password)
         if user is not None:
-            return user
+            return user if user.enabled else None
     # The peer address as gunicorn saw it: behind a proxy, every client shares the proxy's.
     address = request.remote_addr or ""
     if lockout.locked(name, address):
@@ -238,6 +300,10 @@ def check_password(name: str, password: str) -> User | None:
         for locked in lockout.failed(name, address):
             log.warning("%s locked out after repeated failed logins", locked)
         return None
+    if not user.enabled:
+        # The right password of a disabled account: refused, not counted as a guess.
+        log.info("login refused for disabled account %r", name)
+        return None
     lockout.remember_clear(name)
     return user
 
@@ -250,6 +316,21 @@ def plain_http_refused() -> RedfishError:
         "Use an https:// URL."
     )
     return error
+
+
+def password_change_required(user: User) -> RedfishError:
+    return RedfishError(403, "PasswordChangeRequired", [f"{ACCOUNTS_URI}/{user.name}"])
+
+
+def password_change_allowed(user: User) -> bool:
+    """The request is one a user who must change its password may still make."""
+    arg = PASSWORD_CHANGE_ENDPOINTS.get(request.endpoint or "")
+    if arg is None or (not arg and request.method not in ("GET", "HEAD")):
+        return False
+    if not arg:
+        return True
+    own = user.name if arg == "name" else g.session_id
+    return own is not None and (request.view_args or {}).get(arg) == own
 
 
 def current_user() -> User:
@@ -272,9 +353,13 @@ def install(app: Flask) -> None:
         users: UserDB = current_app.extensions["fleetfish.users"]
         token = request.headers.get("X-Auth-Token")
         if token:
-            session = current_app.extensions["fleetfish.sessions"].touch(token)
+            sessions = current_app.extensions["fleetfish.sessions"]
+            session = sessions.touch(token)
             user = users.get(session["user"]) if session else None
-            if user is None:
+            if user is None or not user.enabled or session.get("epoch", "") != user.epoch:
+                # The account is gone, disabled or has a new password: the session ends now.
+                if session:
+                    sessions.delete(session["id"])
                 raise unauthorized()
             g.session_id = session["id"]
         else:
@@ -285,6 +370,8 @@ def install(app: Flask) -> None:
             if user is None:
                 raise unauthorized()
         g.user = user
+        if user.password_change_required and not password_change_allowed(user):
+            raise password_change_required(user)
         if (
             user.read_only
             and request.method in WRITE_METHODS

@@ -10,6 +10,9 @@ Keys (API-owned, next to the layout in ``fleetfish.store``):
 ``ff:authfail-addr:{addr}``   STRING failures from one client address (any user names), same window
 ``ff:authlock-addr:{addr}``   STRING set while that address is locked out (ADDRESS_THRESHOLD)
 
+The per-user numbers are the AccountService policy: the defaults below unless an Administrator
+changed them (``fleetfish.accounts``); the per-address ones are fixed.
+
 Only the token's hash is stored: a Redis dump does not hand out live sessions. The session Id is
 the first 16 hex digits of that hash, which tells nothing about the token itself.
 """
@@ -21,6 +24,8 @@ import secrets
 import time
 
 import redis
+
+from fleetfish.accounts import AccountStore
 
 PREFIX = "ff:"
 KEY_SESSIONS = f"{PREFIX}sessions"
@@ -48,6 +53,10 @@ def _key_session_id(session_id: str) -> str:
     return f"{PREFIX}sessid:{session_id}"
 
 
+def key_user_lock(user: str) -> str:
+    return f"{PREFIX}authlock:{user}"
+
+
 class Sessions:
     """Session tokens with sliding expiry."""
 
@@ -55,10 +64,13 @@ class Sessions:
         self.r = client
         self.timeout = timeout
 
-    def create(self, user: str) -> tuple[str, dict[str, str]]:
+    def create(self, user: str, epoch: str = "") -> tuple[str, dict[str, str]]:
+        """A new session; ``epoch`` is the account's password epoch it is valid under."""
         token = secrets.token_urlsafe(32)
         token_hash = _hash(token)
         session = {"id": token_hash[:16], "user": user, "created": str(time.time())}
+        if epoch:
+            session["epoch"] = epoch
         pipe = self.r.pipeline()
         pipe.hset(_key_session(token_hash), mapping=session)
         pipe.expire(_key_session(token_hash), self.timeout)
@@ -98,13 +110,28 @@ class Sessions:
 
     def delete_of_users(self, users: set[str]) -> list[str]:
         """End every session of these users; returns the ids ended."""
-        ended = [s["id"] for s in self.list(limit=100_000) if s.get("user") in users]
+        ended = [s["id"] for s in self.list(limit=-1) if s.get("user") in users]
+        for session_id in ended:
+            self.delete(session_id)
+        return ended
+
+    def set_epoch(self, session_id: str, epoch: str) -> None:
+        """Keep a session valid across its own user's password change."""
+        token_hash = self.r.get(_key_session_id(session_id))
+        if token_hash:
+            self.r.hset(_key_session(token_hash), "epoch", epoch)
+
+    def end_for(self, user: str, keep: str | None = None) -> list[str]:
+        """Delete every session of ``user`` but ``keep``; their ids."""
+        ended = [
+            s["id"] for s in self.list(limit=-1) if s.get("user") == user and s.get("id") != keep
+        ]
         for session_id in ended:
             self.delete(session_id)
         return ended
 
     def list(self, limit: int = 1000) -> list[dict[str, str]]:
-        ids = list(self.r.zrange(KEY_SESSIONS, 0, limit - 1))
+        ids = list(self.r.zrange(KEY_SESSIONS, 0, limit - 1 if limit > 0 else -1))
         if not ids:
             return []
         hashes = self.r.mget([_key_session_id(i) for i in ids])
@@ -119,18 +146,31 @@ class Sessions:
         return [s for s in results[: len(live)] if s]
 
 
-class Lockout:
-    """After LOCKOUT_THRESHOLD failures within LOCKOUT_WINDOW s a user is refused for LOCKOUT_SECONDS."""
+def lockout_policy(stored: dict[str, int]) -> tuple[int, int, int]:
+    """(threshold, counter window, lock duration) of the per-user lock-out, defaults filled in."""
+    return (
+        stored.get("AccountLockoutThreshold", LOCKOUT_THRESHOLD),
+        stored.get("AccountLockoutCounterResetAfter", LOCKOUT_WINDOW),
+        stored.get("AccountLockoutDuration", LOCKOUT_SECONDS),
+    )
 
-    def __init__(self, client: redis.Redis):
+
+class Lockout:
+    """After a threshold of failures within a window a user is refused for a duration.
+
+    The three numbers are the AccountService policy (LOCKOUT_THRESHOLD, LOCKOUT_WINDOW and
+    LOCKOUT_SECONDS unless changed); a threshold or a duration of 0 locks no user out. Client
+    addresses are counted with ADDRESS_THRESHOLD, LOCKOUT_WINDOW and LOCKOUT_SECONDS always.
+    """
+
+    def __init__(self, client: redis.Redis, accounts: AccountStore | None = None):
         self.r = client
+        self.accounts = accounts or AccountStore(client)
         self._clear_until: dict[str, float] = {}
 
     def locked(self, user: str, address: str = "") -> bool:
         """The user name is locked out, or the client address (when given) is."""
-        keys = [f"{PREFIX}authlock:{user}"] + (
-            [f"{PREFIX}authlock-addr:{address}"] if address else []
-        )
+        keys = [key_user_lock(user)] + ([f"{PREFIX}authlock-addr:{address}"] if address else [])
         return bool(self.r.exists(*keys))
 
     def recently_clear(self, user: str) -> bool:
@@ -147,28 +187,48 @@ class Lockout:
 
     def failed(self, user: str, address: str = "") -> list[str]:
         """Count one failure for the name (and the address); what it locked out, if anything."""
-        counters = [(user, "authfail", "authlock", LOCKOUT_THRESHOLD, f"user {user!r}")]
+        threshold, window, duration = lockout_policy(self.accounts.policy())
+        counters = []
+        if threshold > 0 and duration > 0:
+            counters.append(
+                (user, "authfail", "authlock", threshold, window, duration, f"user {user!r}")
+            )
         if address:
             counters.append(
-                (address, "authfail-addr", "authlock-addr", ADDRESS_THRESHOLD, f"address {address}")
+                (
+                    address,
+                    "authfail-addr",
+                    "authlock-addr",
+                    ADDRESS_THRESHOLD,
+                    LOCKOUT_WINDOW,
+                    LOCKOUT_SECONDS,
+                    f"address {address}",
+                )
             )
+        self.forget(user)
+        if not counters:
+            return []
         pipe = self.r.pipeline()
-        for name, fail, *_ in counters:
+        for name, fail, _, _, period, *_ in counters:
             # SET NX EX starts the window on the first failure (EXPIRE NX needs Redis 7).
-            pipe.set(f"{PREFIX}{fail}:{name}", 0, ex=LOCKOUT_WINDOW, nx=True)
+            # A window of 0 (counter never reset) is kept a day: Redis needs an expiry > 0.
+            pipe.set(f"{PREFIX}{fail}:{name}", 0, ex=period or 86400, nx=True)
             pipe.incr(f"{PREFIX}{fail}:{name}")
         counts = pipe.execute()[1::2]
-        self.forget(user)
         locked = []
         pipe = self.r.pipeline()
-        for (name, fail, lock, limit, label), count in zip(counters, counts, strict=True):
+        for (name, fail, lock, limit, _, lasts, label), count in zip(counters, counts, strict=True):
             if count >= limit:
-                pipe.set(f"{PREFIX}{lock}:{name}", "1", ex=LOCKOUT_SECONDS)
+                pipe.set(f"{PREFIX}{lock}:{name}", "1", ex=lasts)
                 pipe.delete(f"{PREFIX}{fail}:{name}")
                 locked.append(label)
         if locked:
             pipe.execute()
         return locked
+
+    def unlock(self, user: str) -> None:
+        """An Administrator's reset: the lock and the failure count of a user name go."""
+        self.r.delete(key_user_lock(user), f"{PREFIX}authfail:{user}")
 
     def locked_many(self, users: list[str]) -> list[bool]:
         if not users:

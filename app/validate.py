@@ -39,6 +39,7 @@ def _raise(errors: list[dict], status: int = 400) -> None:
             first["RelatedProperties"],
             more=errors[1:],
         )
+        exc.messages[0] = first  # as built, with any Resolution the caller wrote
         raise exc
 
 

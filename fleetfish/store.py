@@ -33,6 +33,8 @@ Keys other modules own, listed here so the whole layout is in one place:
 ``ff:run:{celery id}:*``    STRING, marks a finished run so a duplicate delivery is dropped
 ``ff:sess:*``, ``ff:sessid:*``, ``ff:sessions``  Redfish sessions, tokens stored hashed (app/sessions.py)
 ``ff:authfail:*``, ``ff:authlock:*``             failed-login counting and lock-out (app/sessions.py)
+``ff:account:*``, ``ff:accounts``, ``ff:accountpolicy``  AccountService accounts and policy
+                                                 (fleetfish/accounts.py)
 
 Media ``gen`` grows on every insert and eject; tasks carry the generation they were sent for and
 stop doing anything once it is stale. The Lua scripts below are the only writers of the

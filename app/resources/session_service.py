@@ -6,7 +6,7 @@ import logging
 
 from flask import Blueprint, current_app, g
 
-from app.auth import check_password, unauthorized
+from app.auth import ACCOUNTS_URI, check_password, unauthorized
 from app.errors import RedfishError, message
 from app.protocol import collection, json_body, no_content, resource
 from app.resources.task_service import iso
@@ -86,11 +86,16 @@ def login():
     user = check_password(body["UserName"], body["Password"])
     if user is None:
         raise unauthorized()
-    token, session = _sessions().create(user.name)
+    token, session = _sessions().create(user.name, user.epoch)
     log.info("session %s created for %r", session["id"], user.name)
     uri = f"{SESSIONS}/{session['id']}"
+    body = render_session(session)
+    if user.password_change_required:
+        # DSP0266: the session is made, limited to changing the password, and says so.
+        account = f"{ACCOUNTS_URI}/{user.name}"
+        body["@Message.ExtendedInfo"] = [message("PasswordChangeRequired", [account])]
     return resource(
-        render_session(session),
+        body,
         status=201,
         allow=("GET", "HEAD", "DELETE"),
         headers={"X-Auth-Token": token, "Location": uri},

@@ -1,4 +1,5 @@
-"""DMTF's redfishtool CLI against a real gunicorn: root, Systems, one system, reset, boot override."""
+"""DMTF's redfishtool CLI against a real gunicorn: root, Systems, one system, reset, boot override,
+account management."""
 
 from __future__ import annotations
 
@@ -20,10 +21,17 @@ pytestmark = pytest.mark.skipif(REDFISHTOOL is None, reason="pip install redfish
 
 @pytest.fixture
 def tool(redis_url, users_file, systems, tmp_path):
-    with running_gunicorn(redis_url, users_file, tmp_path) as (port, _):
+    # The bcrypt budget is off: the account test logs in with new passwords several times in a
+    # row, which is what the budget defers (tests/security/test_bruteforce.py).
+    with running_gunicorn(redis_url, users_file, tmp_path, FLEETFISH_BCRYPT_SHARE="0") as (
+        port,
+        _,
+    ):
 
-        def run(*args: str, password: str = PASSWORDS["admin"], auth: str = "Basic"):
-            cmd = [REDFISHTOOL, "-r", f"127.0.0.1:{port}", "-u", "admin", "-p", password]
+        def run(
+            *args: str, password: str = PASSWORDS["admin"], auth: str = "Basic", user: str = "admin"
+        ):
+            cmd = [REDFISHTOOL, "-r", f"127.0.0.1:{port}", "-u", user, "-p", password]
             cmd += ["-S", "Never", "-A", auth, "-T", "10", *args]
             return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
 
@@ -88,3 +96,26 @@ def test_manager_clock_address_and_protocols(tool):
     # redfishtool sends the time it is given; the service's own clock is within tolerance.
     result = tool("Managers", "-I", SYS, "setDateTime", manager["DateTime"])
     assert result.returncode == 0, result.stderr
+
+
+def test_account_management(tool):
+    assert tool("AccountService", "adduser", "zoe", "zoe-first-pw", "ReadOnly").returncode == 0
+    account = _json(tool("AccountService", "Accounts", "-i", "zoe"))
+    assert account["RoleId"] == "ReadOnly" and account["Enabled"] is True
+    assert _json(tool("Systems", user="zoe", password="zoe-first-pw"))["Members@odata.count"] == 3
+
+    assert tool("AccountService", "setpassword", "zoe", "zoe-second-pw").returncode == 0
+    assert tool("Systems", user="zoe", password="zoe-first-pw").returncode != 0
+    assert tool("Systems", user="zoe", password="zoe-second-pw").returncode == 0
+
+    assert tool("AccountService", "useradmin", "zoe", "disable").returncode == 0
+    refused = tool("Systems", user="zoe", password="zoe-second-pw")
+    assert refused.returncode != 0 and "401" in refused.stderr
+    assert tool("AccountService", "useradmin", "zoe", "enable").returncode == 0
+    assert tool("Systems", user="zoe", password="zoe-second-pw").returncode == 0
+
+    assert tool("AccountService", "deleteuser", "zoe").returncode == 0
+    assert tool("Systems", user="zoe", password="zoe-second-pw").returncode != 0
+    # An account of the users file is not deleted.
+    assert tool("AccountService", "deleteuser", "viewer").returncode != 0
+    assert _json(tool("AccountService", "Accounts", "-i", "viewer"))["UserName"] == "viewer"
