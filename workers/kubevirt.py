@@ -296,6 +296,46 @@ class KubeVirt:
         items, _ = self._list_ns(CDI, DV_PLURAL, ns, label_selector)
         return items
 
+    # -- PersistentVolumeClaims (disk sizes for the inventory) ---------------------------------
+
+    def get_pvc(self, ns: str, name: str) -> dict | None:
+        """GET persistentvolumeclaims/{name}; None when it does not exist. Raises Transient."""
+        core = client.CoreV1Api(self.api)
+        try:
+            with _errors(f"get PVC {ns}/{name}"):
+                pvc = core.read_namespaced_persistent_volume_claim(
+                    name, ns, _request_timeout=REQUEST_TIMEOUT
+                )
+        except NotFound:
+            return None
+        return self.api.sanitize_for_serialization(pvc)
+
+    def list_pvcs(self) -> list[dict]:
+        """LIST persistentvolumeclaims in the configured namespaces (all when none), no label
+        selector (a VM's disks need not carry its labels). Raises Transient."""
+        core = client.CoreV1Api(self.api)
+        items: list[dict] = []
+        for ns in self.settings.namespaces or ("",):
+            token = None
+            for _ in range(LIST_PAGES):
+                kwargs: dict[str, Any] = {
+                    "limit": LIST_PAGE_SIZE,
+                    "_request_timeout": REQUEST_TIMEOUT,
+                }
+                if token:
+                    kwargs["_continue"] = token
+                with _errors(f"list PVCs in {ns or 'all namespaces'}"):
+                    if ns:
+                        page = core.list_namespaced_persistent_volume_claim(ns, **kwargs)
+                    else:
+                        page = core.list_persistent_volume_claim_for_all_namespaces(**kwargs)
+                page = self.api.sanitize_for_serialization(page)
+                items += page.get("items") or []
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+        return items
+
     # -- Secrets (image credentials for CDI's http source) ----------------------------------
 
     def apply_secret(self, ns: str, name: str, string_data: dict, labels: dict) -> None:

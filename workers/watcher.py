@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 
-from fleetfish.mirror import mirror_doc, system_id
+from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
@@ -64,6 +64,9 @@ class Watcher:
         self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], dict] = {}
         self._vmis: dict[tuple[str, str], dict] = {}
+        # (namespace, PVC name) -> bytes: read at each relist, and once for a claim first seen
+        # on a VM event. A resize shows at the next relist.
+        self._claims: dict[tuple[str, str], int] = {}
         self._session_stop = threading.Event()
         self._relist = threading.Event()
         self._handles: list = []
@@ -199,10 +202,21 @@ class Watcher:
     def relist(self) -> tuple[dict[str, str], dict[str, str]]:
         vms, vm_rvs = self.kube.list_vms()
         vmis, vmi_rvs = self.kube.list_vmis()
+        claims = {}
+        try:
+            pvcs = self.kube.list_pvcs()
+        except KubeError as exc:  # sizes are inventory only: never hold the mirror back for them
+            log.warning("cannot list PVCs for disk sizes: %s", exc)
+            pvcs = []
+        for pvc in pvcs:
+            size = claim_size(pvc)
+            if size:
+                claims[_key(pvc)] = size
         with self._lock:
             self._vms = {_key(vm): vm for vm in vms}
             self._vmis = {_key(vmi): vmi for vmi in vmis}
-            docs = [mirror_doc(vm, self._vmis.get(key)) for key, vm in self._vms.items()]
+            self._claims = claims
+            docs = [self._doc(key, vm) for key, vm in self._vms.items()]
             if self.holding:
                 self.store.replace_systems(docs)
         log.info("listed %d VMs and %d VMIs", len(vms), len(vmis))
@@ -256,9 +270,27 @@ class Watcher:
                 return
             vm = self._vms.get(key)
             if vm is not None:
-                self.store.put_system(mirror_doc(vm, self._vmis.get(key)))
+                self.store.put_system(self._doc(key, vm))
             elif plural == VM_PLURAL and kind == "DELETED":
                 self.store.delete_system(system_id(*key))
+
+    def _doc(self, key: tuple[str, str], vm: dict) -> dict:
+        """The mirror document of a VM, with the sizes of the claims behind its disks (a claim
+        not known yet is read once; one that does not exist yet is asked again next event)."""
+        ns = key[0]
+        for name in claim_names(vm):
+            if (ns, name) in self._claims:
+                continue
+            try:
+                pvc = self.kube.get_pvc(ns, name)
+            except KubeError as exc:
+                log.warning("cannot read PVC %s/%s for its size: %s", ns, name, exc)
+                continue
+            size = claim_size(pvc) if pvc else None
+            if size:
+                self._claims[(ns, name)] = size
+        sizes = {n: self._claims[(ns, n)] for n in claim_names(vm) if (ns, n) in self._claims}
+        return mirror_doc(vm, self._vmis.get(key), sizes)
 
 
 def _uid(obj: dict) -> str:

@@ -1,37 +1,67 @@
-"""Inventory below a ComputerSystem (Processors, Memory, SimpleStorage, EthernetInterfaces) for inspection."""
+"""Inventory below a ComputerSystem (Processors, Memory, SimpleStorage, Storage and its Drives,
+EthernetInterfaces): what Ironic's out-of-band inspection reads."""
 
 from __future__ import annotations
 
 from flask import Blueprint
 
 from app.context import not_found, visible_system
-from app.protocol import collection, resource
+from app.errors import RedfishError
+from app.protocol import READ, collection, json_body, resource
+from fleetfish.mirror import storage_disks
 
 bp = Blueprint("system_parts", __name__)
 
 BASE = "/redfish/v1/Systems/<system_id>"
 OK = {"State": "Enabled", "Health": "OK"}
+# KubeVirt disk bus -> Redfish Protocol: virtio-blk is a PCI device; Redfish has no plain SCSI,
+# SAS is its SCSI transport.
+PROTOCOLS = {"virtio": "PCIe", "sata": "SATA", "usb": "USB", "scsi": "SAS"}
+STORAGE_ID = "1"
 
 
 def _uri(system_id: str, part: str) -> str:
     return f"/redfish/v1/Systems/{system_id}/{part}"
 
 
+def _topology(doc: dict) -> dict[str, int]:
+    cpu = doc.get("cpu") or {"sockets": 1, "cores": int(doc.get("cpus") or 1), "threads": 1}
+    return {k: int(cpu.get(k) or 1) for k in ("sockets", "cores", "threads")}
+
+
 def _processors(doc: dict) -> dict[str, dict]:
-    cpus = int(doc.get("cpus") or 0)
+    """One Processor per virtual socket: sushy adds up TotalThreads into Ironic's ``cpus``."""
+    topo = _topology(doc)
     return {
-        "CPU1": {
+        f"CPU{n}": {
             "@odata.type": "#Processor.v1_22_0.Processor",
-            "Id": "CPU1",
-            "Name": "Virtual CPU",
+            "Id": f"CPU{n}",
+            "Name": f"Virtual CPU socket {n}",
+            "Socket": str(n - 1),
             "ProcessorType": "CPU",
             "ProcessorArchitecture": "x86",
             "InstructionSet": "x86-64",
             "Manufacturer": "KubeVirt",
-            "TotalCores": cpus,
-            "TotalThreads": cpus,
+            "TotalCores": topo["cores"],
+            "TotalEnabledCores": topo["cores"],
+            "TotalThreads": topo["cores"] * topo["threads"],
             "Status": OK,
         }
+        for n in range(1, topo["sockets"] + 1)
+    }
+
+
+def processor_summary(doc: dict) -> dict:
+    """ComputerSystem.ProcessorSummary; Count is the vCPU count, as sushy-tools reports it."""
+    topo = _topology(doc)
+    threads = topo["sockets"] * topo["cores"] * topo["threads"]
+    return {
+        "Count": threads,
+        "CoreCount": topo["sockets"] * topo["cores"],
+        "LogicalProcessorCount": threads,
+        "ThreadingEnabled": topo["threads"] > 1,
+        "Model": "KubeVirt vCPU",
+        "Status": OK,
     }
 
 
@@ -48,14 +78,28 @@ def _memory(doc: dict) -> dict[str, dict]:
     }
 
 
-def _storage(doc: dict) -> dict[str, dict]:
-    devices = [
-        {"Name": disk.get("name") or "disk", "Status": OK}
-        for disk in doc.get("disks") or []
-        if disk.get("kind") in ("disk", "lun")
-    ]
+def _model(disk: dict) -> str:
+    # What the guest reads: QEMU names its emulated SATA and SCSI disks so; virtio-blk has none.
+    return "QEMU HARDDISK" if disk.get("bus") in ("sata", "scsi") else "virtio-blk"
+
+
+def _description(disk: dict, root: bool) -> str:
+    volume = disk.get("volume") or {}
+    text = f"KubeVirt {disk.get('kind', 'disk')} on bus {disk.get('bus') or 'virtio'}"
+    if volume:
+        text += f", {volume.get('kind')} {volume.get('name')}"
+    return text + (", root disk (boots first)" if root else "")
+
+
+def _simple_storage(doc: dict) -> dict[str, dict]:
+    devices = []
+    for disk in storage_disks(doc):
+        device = {"Name": disk.get("name") or "disk", "Model": _model(disk), "Status": OK}
+        if disk.get("sizeBytes"):
+            device["CapacityBytes"] = int(disk["sizeBytes"])
+        devices.append(device)
     return {
-        "1": {
+        STORAGE_ID: {
             "@odata.type": "#SimpleStorage.v1_3_2.SimpleStorage",
             "Id": "1",
             "Name": "Virtual disk controller",
@@ -66,30 +110,99 @@ def _storage(doc: dict) -> dict[str, dict]:
 
 
 def _interfaces(doc: dict) -> dict[str, dict]:
+    running = ((doc.get("vmi") or {}).get("phase")) == "Running"
     parts = {}
     for iface in doc.get("interfaces") or []:
         name = iface.get("name") or f"nic{len(parts)}"
         mac = (iface.get("macAddress") or "").lower() or None
+        # A powered-off machine's NIC has no link; an interface set "down" in KubeVirt neither.
+        up = running and iface.get("state", "up") == "up"
         parts[name] = {
             "@odata.type": "#EthernetInterface.v1_12_4.EthernetInterface",
             "Id": name,
             "Name": f"Interface {name}",
+            "Description": f"KubeVirt interface {name} ({iface.get('model') or 'virtio'})",
             "MACAddress": mac,
             "PermanentMACAddress": mac,
             "InterfaceEnabled": True,
+            "LinkStatus": "LinkUp" if up else "LinkDown",
             "Status": OK,
         }
     return parts
+
+
+def _drives(doc: dict) -> dict[str, dict]:
+    """Drive resources by Id (the KubeVirt disk name), the root disk first."""
+    drives = {}
+    for index, disk in enumerate(storage_disks(doc)):
+        name = disk.get("name") or f"disk{index}"
+        drive = {
+            "@odata.type": "#Drive.v1_22_0.Drive",
+            "Id": name,
+            "Name": name,
+            "Description": _description(disk, index == 0),
+            "Model": _model(disk),
+            "Manufacturer": "KubeVirt",
+            # The guest sees QEMU's disks as rotational, so IPA's "rotational" hint matches HDD.
+            "MediaType": "HDD",
+            "Status": OK,
+        }
+        if disk.get("sizeBytes"):
+            drive["CapacityBytes"] = int(disk["sizeBytes"])
+        if disk.get("serial"):
+            drive["SerialNumber"] = disk["serial"]
+        if disk.get("bus") in PROTOCOLS:
+            drive["Protocol"] = PROTOCOLS[disk["bus"]]
+        drives[name] = drive
+    return drives
+
+
+def _storage(doc: dict) -> dict[str, dict]:
+    uri = _uri(doc["id"], f"Storage/{STORAGE_ID}")
+    drives = [{"@odata.id": f"{uri}/Drives/{name}"} for name in _drives(doc)]
+    return {
+        STORAGE_ID: {
+            "@odata.type": "#Storage.v1_21_0.Storage",
+            "Id": STORAGE_ID,
+            "Name": "Virtual disk controller",
+            "Description": "The VM's disks, the root disk first",
+            "Drives": drives,
+            "Drives@odata.count": len(drives),
+            "Controllers": {"@odata.id": f"{uri}/Controllers"},
+            # No RAID: the disks are drives only (Ironic then sizes from the drives).
+            "Volumes": {"@odata.id": f"{uri}/Volumes"},
+            "Status": OK,
+        }
+    }
+
+
+def _controllers(doc: dict) -> dict[str, dict]:
+    protocols = sorted(
+        {PROTOCOLS[d["bus"]] for d in storage_disks(doc) if d.get("bus") in PROTOCOLS}
+    )
+    return {
+        "1": {
+            "@odata.type": "#StorageController.v1_11_0.StorageController",
+            "Id": "1",
+            "Name": "Virtual disk controller",
+            "Manufacturer": "KubeVirt",
+            "SupportedControllerProtocols": ["PCIe"],
+            "SupportedDeviceProtocols": protocols,
+            "SupportedRAIDTypes": [],
+            "Status": OK,
+        }
+    }
 
 
 PARTS = {
     "Processors": (_processors, "#ProcessorCollection.ProcessorCollection", "Processors"),
     "Memory": (_memory, "#MemoryCollection.MemoryCollection", "Memory"),
     "SimpleStorage": (
-        _storage,
+        _simple_storage,
         "#SimpleStorageCollection.SimpleStorageCollection",
         "Simple Storage",
     ),
+    "Storage": (_storage, "#StorageCollection.StorageCollection", "Storage"),
     "EthernetInterfaces": (
         _interfaces,
         "#EthernetInterfaceCollection.EthernetInterfaceCollection",
@@ -115,6 +228,65 @@ def part_member(system_id: str, part: str, member_id: str):
         raise not_found(part, member_id)
     return resource({"@odata.id": f"{_uri(system_id, part)}/{member_id}", **members[member_id]})
 
+
+def _storage_doc(system_id: str, storage_id: str) -> dict:
+    doc = visible_system(system_id)
+    if storage_id != STORAGE_ID:
+        raise not_found("Storage", storage_id)
+    return doc
+
+
+def drive(system_id: str, storage_id: str, drive_id: str):
+    drives = _drives(_storage_doc(system_id, storage_id))
+    if drive_id not in drives:
+        raise not_found("Drive", drive_id)
+    uri = _uri(system_id, f"Storage/{storage_id}/Drives/{drive_id}")
+    return resource({"@odata.id": uri, **drives[drive_id]})
+
+
+def controllers(system_id: str, storage_id: str):
+    uri = _uri(system_id, f"Storage/{storage_id}/Controllers")
+    members = [f"{uri}/{m}" for m in _controllers(_storage_doc(system_id, storage_id))]
+    kind = "#StorageControllerCollection.StorageControllerCollection"
+    return resource(collection(uri, kind, "Storage Controllers", members))
+
+
+def controller(system_id: str, storage_id: str, controller_id: str):
+    found = _controllers(_storage_doc(system_id, storage_id))
+    if controller_id not in found:
+        raise not_found("StorageController", controller_id)
+    uri = _uri(system_id, f"Storage/{storage_id}/Controllers/{controller_id}")
+    return resource({"@odata.id": uri, **found[controller_id]})
+
+
+VOLUMES_ALLOW = (*READ, "POST")
+
+
+def volumes(system_id: str, storage_id: str):
+    _storage_doc(system_id, storage_id)
+    uri = _uri(system_id, f"Storage/{storage_id}/Volumes")
+    body = collection(uri, "#VolumeCollection.VolumeCollection", "Volumes", [])
+    body["@Redfish.OperationApplyTimeSupport"] = {
+        "@odata.type": "#Settings.v1_4_0.OperationApplyTimeSupport",
+        "SupportedValues": ["Immediate"],
+    }
+    return resource(body, allow=VOLUMES_ALLOW)
+
+
+def create_volume(system_id: str, storage_id: str):
+    """Always refused: a KubeVirt disk is made by adding a volume to the VM, not by RAID. The
+    collection takes POST so a RAID client gets this answer instead of a bare 405."""
+    _storage_doc(system_id, storage_id)
+    json_body()
+    raise RedfishError(400, "ActionNotSupported", ["create volume"])
+
+
+STORAGE = f"{BASE}/Storage/<storage_id>"
+bp.add_url_rule(f"{STORAGE}/Drives/<drive_id>", "drive", drive, methods=["GET"])
+bp.add_url_rule(f"{STORAGE}/Controllers", "controllers", controllers, methods=["GET"])
+bp.add_url_rule(f"{STORAGE}/Controllers/<controller_id>", "controller", controller, methods=["GET"])
+bp.add_url_rule(f"{STORAGE}/Volumes", "volumes", volumes, methods=["GET"])
+bp.add_url_rule(f"{STORAGE}/Volumes", "create_volume", create_volume, methods=["POST"])
 
 for _part in PARTS:
     bp.add_url_rule(
