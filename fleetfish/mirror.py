@@ -114,6 +114,11 @@ def claim_names(vm: dict) -> list[str]:
     return names
 
 
+def _cpu_topology(cpu: dict | None) -> dict:
+    """The topology part of a domain's cpu ({} when it sets none, e.g. only a model)."""
+    return {k: v for k, v in (cpu or {}).items() if k in ("sockets", "cores", "threads") and v}
+
+
 def _topology(cpu: dict) -> dict[str, int]:
     return {k: int(cpu.get(k, 1) or 1) for k in ("sockets", "cores", "threads")}
 
@@ -125,8 +130,14 @@ def _condition(obj: dict, kind: str) -> bool:
     return False
 
 
-def mirror_doc(vm: dict, vmi: dict | None, claims: dict[str, int] | None = None) -> dict[str, Any]:
-    """``claims``: PVC name -> bytes in the VM's namespace, as the watcher last read them."""
+def mirror_doc(
+    vm: dict,
+    vmi: dict | None,
+    claims: dict[str, int] | None = None,
+    instancetype: dict | None = None,
+) -> dict[str, Any]:
+    """``claims``: PVC name -> bytes in the VM's namespace, as the watcher last read them;
+    ``instancetype``: the spec of the instancetype the VM names, if any."""
     meta = vm.get("metadata", {})
     template = vm.get("spec", {}).get("template", {}).get("spec", {})
     domain = template.get("domain", {})
@@ -135,16 +146,24 @@ def mirror_doc(vm: dict, vmi: dict | None, claims: dict[str, int] | None = None)
     firmware = domain.get("firmware", {}) or {}
     bootloader = firmware.get("bootloader", {}) or {}
     efi = bootloader.get("efi")
-    # A VM built from an instancetype has no cpu or memory of its own; its VMI carries what
-    # KubeVirt expanded from the instancetype.
+    # A VM built from an instancetype has no cpu or memory of its own: its VMI carries what
+    # KubeVirt expanded from the instancetype; while it is off, the instancetype says (its
+    # vCPUs as sockets, KubeVirt's topology without a preference).
     vmi_domain = ((vmi or {}).get("spec") or {}).get("domain") or {}
-    cpu = domain.get("cpu") or vmi_domain.get("cpu") or {}
+    itype = instancetype or {}
+    guest_cpus = int((itype.get("cpu") or {}).get("guest") or 0)
+    cpu = (
+        _cpu_topology(domain.get("cpu"))
+        or _cpu_topology(vmi_domain.get("cpu"))
+        or ({"sockets": guest_cpus} if guest_cpus else {})
+    )
     topology = _topology(cpu)
     memory = (
         (domain.get("memory") or {}).get("guest")
         or ((domain.get("resources") or {}).get("requests") or {}).get("memory")
         or (vmi_domain.get("memory") or {}).get("guest")
         or ((vmi_domain.get("resources") or {}).get("requests") or {}).get("memory")
+        or (itype.get("memory") or {}).get("guest")
     )
     sizes = {**_template_sizes(vm), **(claims or {})}
     disks = []

@@ -28,10 +28,13 @@ log = logging.getLogger("fleetfish.kubevirt")
 
 KUBEVIRT = ("kubevirt.io", "v1")
 CDI = ("cdi.kubevirt.io", "v1beta1")
+INSTANCETYPES = ("instancetype.kubevirt.io", "v1beta1")
 SUBRESOURCES = "/apis/subresources.kubevirt.io/v1"
 VM_PLURAL = "virtualmachines"
 VMI_PLURAL = "virtualmachineinstances"
 DV_PLURAL = "datavolumes"
+INSTANCETYPE_PLURAL = "virtualmachineinstancetypes"
+CLUSTER_INSTANCETYPE_PLURAL = "virtualmachineclusterinstancetypes"
 
 # (connect, read) seconds for every ordinary call; watches get their own read timeout.
 REQUEST_TIMEOUT = (5.0, 20.0)
@@ -295,6 +298,33 @@ class KubeVirt:
         """LIST datavolumes in one namespace by label selector. Raises Transient."""
         items, _ = self._list_ns(CDI, DV_PLURAL, ns, label_selector)
         return items
+
+    # -- Instancetypes (CPU and memory of a VM that names one) ---------------------------------
+
+    def get_instancetype(self, ns: str, ref: dict) -> dict | None:
+        """The instancetype a VM's ``spec.instancetype`` names: namespaced when its kind says
+        VirtualMachineInstancetype, else cluster-wide (KubeVirt's default). None when it does
+        not exist. Raises Transient."""
+        name = ref.get("name", "")
+        try:
+            if (ref.get("kind") or "").lower() == "virtualmachineinstancetype":
+                with _errors(f"get instancetype {ns}/{name}"):
+                    return self.custom.get_namespaced_custom_object(
+                        *INSTANCETYPES,
+                        ns,
+                        INSTANCETYPE_PLURAL,
+                        name,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
+            with _errors(f"get cluster instancetype {name}"):
+                return self.custom.get_cluster_custom_object(
+                    *INSTANCETYPES,
+                    CLUSTER_INSTANCETYPE_PLURAL,
+                    name,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except NotFound:
+            return None
 
     # -- PersistentVolumeClaims (disk sizes for the inventory) ---------------------------------
 

@@ -67,6 +67,8 @@ class Watcher:
         # (namespace, PVC name) -> bytes: read at each relist, and once for a claim first seen
         # on a VM event. A resize shows at the next relist.
         self._claims: dict[tuple[str, str], int] = {}
+        # (kind, namespace, name) -> instancetype spec, read once per relist.
+        self._instancetypes: dict[tuple[str, str, str], dict] = {}
         self._session_stop = threading.Event()
         self._relist = threading.Event()
         self._handles: list = []
@@ -216,6 +218,7 @@ class Watcher:
             self._vms = {_key(vm): vm for vm in vms}
             self._vmis = {_key(vmi): vmi for vmi in vmis}
             self._claims = claims
+            self._instancetypes = {}
             docs = [self._doc(key, vm) for key, vm in self._vms.items()]
             if self.holding:
                 self.store.replace_systems(docs)
@@ -290,7 +293,25 @@ class Watcher:
             if size:
                 self._claims[(ns, name)] = size
         sizes = {n: self._claims[(ns, n)] for n in claim_names(vm) if (ns, n) in self._claims}
-        return mirror_doc(vm, self._vmis.get(key), sizes)
+        return mirror_doc(vm, self._vmis.get(key), sizes, self._instancetype(ns, vm))
+
+    def _instancetype(self, ns: str, vm: dict) -> dict | None:
+        """The spec of the instancetype the VM names (None without one, or not readable yet)."""
+        ref = (vm.get("spec") or {}).get("instancetype") or {}
+        if not ref.get("name"):
+            return None
+        kind = (ref.get("kind") or "VirtualMachineClusterInstancetype").lower()
+        key = (kind, ns if kind == "virtualmachineinstancetype" else "", ref["name"])
+        if key not in self._instancetypes:
+            try:
+                found = self.kube.get_instancetype(ns, ref)
+            except KubeError as exc:
+                log.warning("cannot read instancetype %s: %s", key, exc)
+                return None
+            if found is None:
+                return None
+            self._instancetypes[key] = found.get("spec") or {}
+        return self._instancetypes[key]
 
 
 def _uid(obj: dict) -> str:

@@ -160,3 +160,67 @@ def test_a_new_vm_shows_its_topology_its_claims_and_no_size_for_a_container_disk
     assert late == 20 * GiB
     # Ironic takes the smallest disk of at least 4 GiB.
     assert node.inspect(sid)["local_gb"] == 19
+
+
+def test_an_instancetype_vm_shows_the_instancetype_off_and_on(stack):
+    """A VM that names a cluster instancetype has no CPU or memory of its own: off, they come
+    from the instancetype; on, from the VMI KubeVirt expanded it into. Both the same, and the
+    NIC's link comes up with the VM."""
+    kube(
+        stack,
+        "POST",
+        "/apis/instancetype.kubevirt.io/v1beta1/virtualmachineclusterinstancetypes",
+        {
+            "apiVersion": "instancetype.kubevirt.io/v1beta1",
+            "kind": "VirtualMachineClusterInstancetype",
+            "metadata": {"name": "lab.large"},
+            "spec": {"cpu": {"guest": 6}, "memory": {"guest": "12Gi"}},
+        },
+    )
+    vm = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "typed", "namespace": LAB_NAMESPACE},
+        "spec": {
+            "runStrategy": "Halted",
+            "instancetype": {"kind": "VirtualMachineClusterInstancetype", "name": "lab.large"},
+            "template": {
+                "spec": {
+                    "domain": {
+                        "firmware": {"bootloader": {"efi": {"secureBoot": False}}},
+                        "devices": {
+                            "disks": [{"name": "root", "disk": {"bus": "virtio"}, "bootOrder": 1}],
+                            "interfaces": [
+                                {"name": "a", "macAddress": "02:00:00:00:bb:01", "masquerade": {}}
+                            ],
+                        },
+                    },
+                    # The lab binds no claim it did not make: a container disk starts at once.
+                    "volumes": [{"name": "root", "containerDisk": {"image": "quay.io/x/os:1"}}],
+                }
+            },
+        },
+    }
+    kube(stack, "POST", vm_path(), vm)
+    node, rf = ironic(stack), Redfish(stack)
+    sid = f"{LAB_NAMESPACE}.typed"
+    wait_for(
+        lambda: rf.raw_get(f"/redfish/v1/Systems/{sid}").status_code == 200,
+        30,
+        what="the instancetype VM in the mirror",
+    )
+    want = {
+        "memory_mb": 12288,
+        "cpus": 6,
+        "cpu_arch": "x86_64",
+        "boot_mode": "uefi",
+        "local_gb": 0,  # a container disk has no size to report
+        "macs": ["02:00:00:00:bb:01"],
+    }
+    assert node.inspect(sid) == want
+    assert rf.get(f"/redfish/v1/Systems/{sid}/EthernetInterfaces/a")["LinkStatus"] == "LinkDown"
+    assert rf.reset("typed", "On").status_code == 202
+    wait_for(lambda: rf.system("typed")["PowerState"] == "On", 30, what="typed On")
+    assert node.inspect(sid) == want
+    nic = rf.get(f"/redfish/v1/Systems/{sid}/EthernetInterfaces/a")
+    assert nic["LinkStatus"] == "LinkUp"
