@@ -33,6 +33,7 @@ SCHEMAS = (
     ("SimpleStorage", "SimpleStorage.v1_3_2"),
     ("StorageCollection", ""),
     ("Storage", "Storage.v1_21_0"),
+    ("DriveCollection", ""),
     ("Drive", "Drive.v1_22_0"),
     ("StorageControllerCollection", ""),
     ("StorageController", "StorageController.v1_11_0"),

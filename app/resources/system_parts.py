@@ -24,6 +24,12 @@ def _uri(system_id: str, part: str) -> str:
     return f"/redfish/v1/Systems/{system_id}/{part}"
 
 
+def drive_uri(system_id: str, drive_id: str = "") -> str:
+    """Drives live under the Chassis (the system's own Id), where current Redfish puts them."""
+    base = f"/redfish/v1/Chassis/{system_id}/Drives"
+    return f"{base}/{drive_id}" if drive_id else base
+
+
 def _topology(doc: dict) -> dict[str, int]:
     cpu = doc.get("cpu") or {"sockets": 1, "cores": int(doc.get("cpus") or 1), "threads": 1}
     return {k: int(cpu.get(k) or 1) for k in ("sockets", "cores", "threads")}
@@ -61,7 +67,6 @@ def processor_summary(doc: dict) -> dict:
         "LogicalProcessorCount": threads,
         "ThreadingEnabled": topo["threads"] > 1,
         "Model": "KubeVirt vCPU",
-        "Status": OK,
     }
 
 
@@ -159,7 +164,7 @@ def _drives(doc: dict) -> dict[str, dict]:
 
 def _storage(doc: dict) -> dict[str, dict]:
     uri = _uri(doc["id"], f"Storage/{STORAGE_ID}")
-    drives = [{"@odata.id": f"{uri}/Drives/{name}"} for name in _drives(doc)]
+    drives = [{"@odata.id": drive_uri(doc["id"], name)} for name in _drives(doc)]
     return {
         STORAGE_ID: {
             "@odata.type": "#Storage.v1_21_0.Storage",
@@ -236,12 +241,17 @@ def _storage_doc(system_id: str, storage_id: str) -> dict:
     return doc
 
 
-def drive(system_id: str, storage_id: str, drive_id: str):
-    drives = _drives(_storage_doc(system_id, storage_id))
-    if drive_id not in drives:
+def drives(system_id: str):
+    members = [drive_uri(system_id, name) for name in _drives(visible_system(system_id))]
+    kind = "#DriveCollection.DriveCollection"
+    return resource(collection(drive_uri(system_id), kind, "Drives", members))
+
+
+def drive(system_id: str, drive_id: str):
+    found = _drives(visible_system(system_id))
+    if drive_id not in found:
         raise not_found("Drive", drive_id)
-    uri = _uri(system_id, f"Storage/{storage_id}/Drives/{drive_id}")
-    return resource({"@odata.id": uri, **drives[drive_id]})
+    return resource({"@odata.id": drive_uri(system_id, drive_id), **found[drive_id]})
 
 
 def controllers(system_id: str, storage_id: str):
@@ -282,7 +292,9 @@ def create_volume(system_id: str, storage_id: str):
 
 
 STORAGE = f"{BASE}/Storage/<storage_id>"
-bp.add_url_rule(f"{STORAGE}/Drives/<drive_id>", "drive", drive, methods=["GET"])
+CHASSIS_DRIVES = "/redfish/v1/Chassis/<system_id>/Drives"
+bp.add_url_rule(CHASSIS_DRIVES, "drives", drives, methods=["GET"])
+bp.add_url_rule(f"{CHASSIS_DRIVES}/<drive_id>", "drive", drive, methods=["GET"])
 bp.add_url_rule(f"{STORAGE}/Controllers", "controllers", controllers, methods=["GET"])
 bp.add_url_rule(f"{STORAGE}/Controllers/<controller_id>", "controller", controller, methods=["GET"])
 bp.add_url_rule(f"{STORAGE}/Volumes", "volumes", volumes, methods=["GET"])
