@@ -8,10 +8,13 @@ resources from them without ever calling Kubernetes. Format (all keys always pre
      "printableStatus", "ready": bool, "paused": bool, "restartRequired": bool,
      "vmi": {"uid", "phase", "created", "secureBoot": bool} | None,
      "bootMode": "UEFI" | "Legacy", "secureBoot": bool, "cpus": int, "memoryMiB": int,
+     "cpu": {"sockets", "cores", "threads"},
      "disks": [{"name", "kind": "disk|cdrom|lun", "bus", "bootOrder": int | None,
+                "serial": str | None, "sizeBytes": int | None (unknown: containerDisk, or a
+                claim not read yet),
                 "volume": {"kind": "dataVolume|persistentVolumeClaim|containerDisk|...",
                            "name", "hotpluggable": bool} | None}],
-     "interfaces": [{"name", "macAddress", "model"}],
+     "interfaces": [{"name", "macAddress", "model", "state": "up|down"}],
      "labels": {...}, "updated": epoch}
 """
 
@@ -74,6 +77,52 @@ def _volume_summary(volume: dict | None) -> dict | None:
     return {"kind": "other", "name": volume.get("name", ""), "hotpluggable": False}
 
 
+def claim_size(pvc: dict) -> int | None:
+    """Bytes of a PersistentVolumeClaim: its bound capacity, else its request."""
+    spec, status = pvc.get("spec") or {}, pvc.get("status") or {}
+    quantity = (status.get("capacity") or {}).get("storage") or (
+        (spec.get("resources") or {}).get("requests") or {}
+    ).get("storage")
+    return quantity_to_bytes(quantity) or None
+
+
+def _template_sizes(vm: dict) -> dict[str, int]:
+    """DataVolume name -> requested bytes, from the VM's own dataVolumeTemplates."""
+    sizes = {}
+    for template in vm.get("spec", {}).get("dataVolumeTemplates") or []:
+        spec = template.get("spec") or {}
+        storage = spec.get("storage") or spec.get("pvc") or {}
+        size = claim_size({"spec": storage})
+        name = (template.get("metadata") or {}).get("name")
+        if name and size:
+            sizes[name] = size
+    return sizes
+
+
+def claim_names(vm: dict) -> list[str]:
+    """PVC names behind the VM's disks and luns (a DataVolume's PVC has its name); CD-ROM media
+    are left out: they are no storage of the machine."""
+    template = vm.get("spec", {}).get("template", {}).get("spec", {})
+    volumes = {v.get("name"): v for v in template.get("volumes", []) or []}
+    names = []
+    for disk in template.get("domain", {}).get("devices", {}).get("disks", []) or []:
+        if "cdrom" in disk:
+            continue
+        summary = _volume_summary(volumes.get(disk.get("name")))
+        if summary and summary["kind"] in ("dataVolume", "persistentVolumeClaim"):
+            names.append(summary["name"])
+    return names
+
+
+def _cpu_topology(cpu: dict | None) -> dict:
+    """The topology part of a domain's cpu ({} when it sets none, e.g. only a model)."""
+    return {k: v for k, v in (cpu or {}).items() if k in ("sockets", "cores", "threads") and v}
+
+
+def _topology(cpu: dict) -> dict[str, int]:
+    return {k: int(cpu.get(k, 1) or 1) for k in ("sockets", "cores", "threads")}
+
+
 def _condition(obj: dict, kind: str) -> bool:
     for cond in obj.get("status", {}).get("conditions", []) or []:
         if cond.get("type") == kind:
@@ -89,7 +138,14 @@ def secure_boot_of(spec: dict) -> bool:
     return bool((bootloader["efi"] or {}).get("secureBoot", True))
 
 
-def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
+def mirror_doc(
+    vm: dict,
+    vmi: dict | None,
+    claims: dict[str, int] | None = None,
+    instancetype: dict | None = None,
+) -> dict[str, Any]:
+    """``claims``: PVC name -> bytes in the VM's namespace, as the watcher last read them;
+    ``instancetype``: the spec of the instancetype the VM names, if any."""
     meta = vm.get("metadata", {})
     template = vm.get("spec", {}).get("template", {}).get("spec", {})
     domain = template.get("domain", {})
@@ -98,25 +154,42 @@ def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
     firmware = domain.get("firmware", {}) or {}
     bootloader = firmware.get("bootloader", {}) or {}
     efi = bootloader.get("efi")
-    cpu = domain.get("cpu", {}) or {}
-    cpus = (
-        int(cpu.get("cores", 1) or 1)
-        * int(cpu.get("sockets", 1) or 1)
-        * int(cpu.get("threads", 1) or 1)
+    # A VM built from an instancetype has no cpu or memory of its own: its VMI carries what
+    # KubeVirt expanded from the instancetype; while it is off, the instancetype says (its
+    # vCPUs as sockets, KubeVirt's topology without a preference).
+    vmi_domain = ((vmi or {}).get("spec") or {}).get("domain") or {}
+    itype = instancetype or {}
+    guest_cpus = int((itype.get("cpu") or {}).get("guest") or 0)
+    cpu = (
+        _cpu_topology(domain.get("cpu"))
+        or _cpu_topology(vmi_domain.get("cpu"))
+        or ({"sockets": guest_cpus} if guest_cpus else {})
     )
-    memory = (domain.get("memory", {}) or {}).get("guest") or (
-        (domain.get("resources", {}) or {}).get("requests", {}) or {}
-    ).get("memory")
+    topology = _topology(cpu)
+    memory = (
+        (domain.get("memory") or {}).get("guest")
+        or ((domain.get("resources") or {}).get("requests") or {}).get("memory")
+        or (vmi_domain.get("memory") or {}).get("guest")
+        or ((vmi_domain.get("resources") or {}).get("requests") or {}).get("memory")
+        or (itype.get("memory") or {}).get("guest")
+    )
+    sizes = {**_template_sizes(vm), **(claims or {})}
     disks = []
     for disk in devices.get("disks", []) or []:
         kind = next((k for k in ("cdrom", "lun", "disk") if k in disk), "disk")
+        volume = _volume_summary(volumes.get(disk.get("name")))
+        size = None
+        if kind != "cdrom" and volume and volume["kind"] in ("dataVolume", "persistentVolumeClaim"):
+            size = sizes.get(volume["name"])
         disks.append(
             {
                 "name": disk.get("name", ""),
                 "kind": kind,
                 "bus": (disk.get(kind) or {}).get("bus", ""),
                 "bootOrder": disk.get("bootOrder"),
-                "volume": _volume_summary(volumes.get(disk.get("name"))),
+                "serial": disk.get("serial") or None,
+                "sizeBytes": size,
+                "volume": volume,
             }
         )
     interfaces = [
@@ -124,8 +197,11 @@ def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
             "name": iface.get("name", ""),
             "macAddress": iface.get("macAddress", ""),
             "model": iface.get("model", "virtio"),
+            "state": "down" if iface.get("state") == "down" else "up",
         }
         for iface in devices.get("interfaces", []) or []
+        # A hot-unplugged interface ("absent") is no longer part of the machine.
+        if iface.get("state") != "absent"
     ]
     status = vm.get("status", {}) or {}
     vmi_summary = None
@@ -152,13 +228,23 @@ def mirror_doc(vm: dict, vmi: dict | None) -> dict[str, Any]:
         "vmi": vmi_summary,
         "bootMode": "UEFI" if efi is not None else "Legacy",
         "secureBoot": secure_boot_of(template),
-        "cpus": cpus,
+        "cpus": topology["sockets"] * topology["cores"] * topology["threads"],
+        "cpu": topology,
         "memoryMiB": quantity_to_bytes(memory) // 2**20,
         "disks": disks,
         "interfaces": interfaces,
         "labels": meta.get("labels", {}) or {},
         "updated": time.time(),
     }
+
+
+def storage_disks(doc: dict) -> list[dict]:
+    """The disks and luns of a mirror document (no CD-ROMs), the root disk first: the one with
+    the lowest bootOrder, else the first listed (what the firmware would boot)."""
+    disks = [d for d in doc.get("disks") or [] if d.get("kind") in ("disk", "lun")]
+    ordered = sorted((d for d in disks if d.get("bootOrder")), key=lambda d: int(d["bootOrder"]))
+    root = ordered[0] if ordered else (disks[0] if disks else None)
+    return [root, *(d for d in disks if d is not root)] if root else []
 
 
 def power_state(doc: dict, power: dict[str, str]) -> str:

@@ -18,6 +18,11 @@ from sushy import auth as sushy_auth
 
 log = logging.getLogger("fleetfish.lab.ironic")
 
+GiB = 2**30
+# Ironic's redfish inspect interface: sushy's names -> the node properties it writes.
+CPU_ARCH = {sushy.PROCESSOR_ARCH_x86: "x86_64", sushy.PROCESSOR_ARCH_ARM: "arm"}
+BOOT_MODES = {sushy.BOOT_SOURCE_MODE_UEFI: "uefi", sushy.BOOT_SOURCE_MODE_BIOS: "bios"}
+
 # Ironic polls PowerState at roughly these offsets (seconds) after Reset.
 POWER_POLL_OFFSETS = (1.0, 2.5, 4.8, 8.0, 13.0, 21.0, 32.0, 49.0, 70.0, 95.0, 120.0)
 
@@ -51,6 +56,41 @@ class IronicLike:
 
     def system(self, system_id: str):
         return self.client.get_system(f"/redfish/v1/Systems/{system_id}")
+
+    def inspect(self, system_id: str) -> dict:
+        """What Ironic's ``redfish`` inspect interface learns about a node: the same sushy reads
+        and the same arithmetic (``local_gb``: the smallest disk of at least 4 GiB, from
+        SimpleStorage and from Storage volumes, else drives; in GiB, minus one)."""
+        system = self.system(system_id)
+        found: dict = {}
+        if system.memory_summary and system.memory_summary.size_gib:
+            found["memory_mb"] = int(system.memory_summary.size_gib * 1024)
+        if system.processors and system.processors.summary:
+            cpus, arch = system.processors.summary
+            found["cpus"] = cpus
+            found["cpu_arch"] = CPU_ARCH.get(arch)
+        found["boot_mode"] = BOOT_MODES.get(system.boot.mode)
+
+        def smallest_usable(read) -> int:
+            try:
+                sizes = read()
+            except sushy.exceptions.SushyError:  # Ironic logs these and goes on
+                return 0
+            return next((s for s in sizes or [] if s >= 4 * GiB), 0)
+
+        simple = smallest_usable(lambda: system.simple_storage.disks_sizes_bytes)
+        storage = smallest_usable(lambda: system.storage.volumes_sizes_bytes)
+        if not storage:
+            storage = smallest_usable(lambda: system.storage.drives_sizes_bytes)
+        size = min(simple, storage) if simple and storage else max(simple, storage)
+        found["local_gb"] = max(0, int(size / GiB - 1))
+        # Ironic creates a port for each enabled NIC.
+        found["macs"] = sorted(
+            mac
+            for mac, state in (system.ethernet_interfaces.summary or {}).items()
+            if state == sushy.STATE_ENABLED
+        )
+        return found
 
     def _cd_media(self, system):
         """The first CD/DVD slot, looked up under the Manager as older Ironic does."""

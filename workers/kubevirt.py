@@ -28,10 +28,13 @@ log = logging.getLogger("fleetfish.kubevirt")
 
 KUBEVIRT = ("kubevirt.io", "v1")
 CDI = ("cdi.kubevirt.io", "v1beta1")
+INSTANCETYPES = ("instancetype.kubevirt.io", "v1beta1")
 SUBRESOURCES = "/apis/subresources.kubevirt.io/v1"
 VM_PLURAL = "virtualmachines"
 VMI_PLURAL = "virtualmachineinstances"
 DV_PLURAL = "datavolumes"
+INSTANCETYPE_PLURAL = "virtualmachineinstancetypes"
+CLUSTER_INSTANCETYPE_PLURAL = "virtualmachineclusterinstancetypes"
 
 # (connect, read) seconds for every ordinary call; watches get their own read timeout.
 REQUEST_TIMEOUT = (5.0, 20.0)
@@ -294,6 +297,73 @@ class KubeVirt:
     def list_dvs(self, ns: str, label_selector: str) -> list[dict]:
         """LIST datavolumes in one namespace by label selector. Raises Transient."""
         items, _ = self._list_ns(CDI, DV_PLURAL, ns, label_selector)
+        return items
+
+    # -- Instancetypes (CPU and memory of a VM that names one) ---------------------------------
+
+    def get_instancetype(self, ns: str, ref: dict) -> dict | None:
+        """The instancetype a VM's ``spec.instancetype`` names: namespaced when its kind says
+        VirtualMachineInstancetype, else cluster-wide (KubeVirt's default). None when it does
+        not exist. Raises Transient."""
+        name = ref.get("name", "")
+        try:
+            if (ref.get("kind") or "").lower() == "virtualmachineinstancetype":
+                with _errors(f"get instancetype {ns}/{name}"):
+                    return self.custom.get_namespaced_custom_object(
+                        *INSTANCETYPES,
+                        ns,
+                        INSTANCETYPE_PLURAL,
+                        name,
+                        _request_timeout=REQUEST_TIMEOUT,
+                    )
+            with _errors(f"get cluster instancetype {name}"):
+                return self.custom.get_cluster_custom_object(
+                    *INSTANCETYPES,
+                    CLUSTER_INSTANCETYPE_PLURAL,
+                    name,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+        except NotFound:
+            return None
+
+    # -- PersistentVolumeClaims (disk sizes for the inventory) ---------------------------------
+
+    def get_pvc(self, ns: str, name: str) -> dict | None:
+        """GET persistentvolumeclaims/{name}; None when it does not exist. Raises Transient."""
+        core = client.CoreV1Api(self.api)
+        try:
+            with _errors(f"get PVC {ns}/{name}"):
+                pvc = core.read_namespaced_persistent_volume_claim(
+                    name, ns, _request_timeout=REQUEST_TIMEOUT
+                )
+        except NotFound:
+            return None
+        return self.api.sanitize_for_serialization(pvc)
+
+    def list_pvcs(self) -> list[dict]:
+        """LIST persistentvolumeclaims in the configured namespaces (all when none), no label
+        selector (a VM's disks need not carry its labels). Raises Transient."""
+        core = client.CoreV1Api(self.api)
+        items: list[dict] = []
+        for ns in self.settings.namespaces or ("",):
+            token = None
+            for _ in range(LIST_PAGES):
+                kwargs: dict[str, Any] = {
+                    "limit": LIST_PAGE_SIZE,
+                    "_request_timeout": REQUEST_TIMEOUT,
+                }
+                if token:
+                    kwargs["_continue"] = token
+                with _errors(f"list PVCs in {ns or 'all namespaces'}"):
+                    if ns:
+                        page = core.list_namespaced_persistent_volume_claim(ns, **kwargs)
+                    else:
+                        page = core.list_persistent_volume_claim_for_all_namespaces(**kwargs)
+                page = self.api.sanitize_for_serialization(page)
+                items += page.get("items") or []
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
         return items
 
     # -- Secrets (image credentials for CDI's http source) ----------------------------------

@@ -18,7 +18,7 @@ import time
 import uuid
 
 from fleetfish.eventlog import EventLog
-from fleetfish.mirror import mirror_doc, system_id
+from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
@@ -65,6 +65,11 @@ class Watcher:
         self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], dict] = {}
         self._vmis: dict[tuple[str, str], dict] = {}
+        # (namespace, PVC name) -> bytes: read at each relist, and once for a claim first seen
+        # on a VM event. A resize shows at the next relist.
+        self._claims: dict[tuple[str, str], int] = {}
+        # (kind, namespace, name) -> instancetype spec, read once per relist.
+        self._instancetypes: dict[tuple[str, str, str], dict] = {}
         self._session_stop = threading.Event()
         self._relist = threading.Event()
         self._handles: list = []
@@ -204,10 +209,22 @@ class Watcher:
     def relist(self) -> tuple[dict[str, str], dict[str, str]]:
         vms, vm_rvs = self.kube.list_vms()
         vmis, vmi_rvs = self.kube.list_vmis()
+        claims = {}
+        try:
+            pvcs = self.kube.list_pvcs()
+        except KubeError as exc:  # sizes are inventory only: never hold the mirror back for them
+            log.warning("cannot list PVCs for disk sizes: %s", exc)
+            pvcs = []
+        for pvc in pvcs:
+            size = claim_size(pvc)
+            if size:
+                claims[_key(pvc)] = size
         with self._lock:
             self._vms = {_key(vm): vm for vm in vms}
             self._vmis = {_key(vmi): vmi for vmi in vmis}
-            docs = [mirror_doc(vm, self._vmis.get(key)) for key, vm in self._vms.items()]
+            self._claims = claims
+            self._instancetypes = {}
+            docs = [self._doc(key, vm) for key, vm in self._vms.items()]
             if self.holding:
                 self.store.replace_systems(docs)
                 for key, vmi in self._vmis.items():
@@ -264,11 +281,47 @@ class Watcher:
                 return
             vm = self._vms.get(key)
             if vm is not None:
-                self.store.put_system(mirror_doc(vm, self._vmis.get(key)))
+                self.store.put_system(self._doc(key, vm))
                 if plural == VMI_PLURAL and kind != "DELETED":
                     self._log_boot(key, obj)
             elif plural == VM_PLURAL and kind == "DELETED":
                 self.store.delete_system(system_id(*key))
+
+    def _doc(self, key: tuple[str, str], vm: dict) -> dict:
+        """The mirror document of a VM, with the sizes of the claims behind its disks (a claim
+        not known yet is read once; one that does not exist yet is asked again next event)."""
+        ns = key[0]
+        for name in claim_names(vm):
+            if (ns, name) in self._claims:
+                continue
+            try:
+                pvc = self.kube.get_pvc(ns, name)
+            except KubeError as exc:
+                log.warning("cannot read PVC %s/%s for its size: %s", ns, name, exc)
+                continue
+            size = claim_size(pvc) if pvc else None
+            if size:
+                self._claims[(ns, name)] = size
+        sizes = {n: self._claims[(ns, n)] for n in claim_names(vm) if (ns, n) in self._claims}
+        return mirror_doc(vm, self._vmis.get(key), sizes, self._instancetype(ns, vm))
+
+    def _instancetype(self, ns: str, vm: dict) -> dict | None:
+        """The spec of the instancetype the VM names (None without one, or not readable yet)."""
+        ref = (vm.get("spec") or {}).get("instancetype") or {}
+        if not ref.get("name"):
+            return None
+        kind = (ref.get("kind") or "VirtualMachineClusterInstancetype").lower()
+        key = (kind, ns if kind == "virtualmachineinstancetype" else "", ref["name"])
+        if key not in self._instancetypes:
+            try:
+                found = self.kube.get_instancetype(ns, ref)
+            except KubeError as exc:
+                log.warning("cannot read instancetype %s: %s", key, exc)
+                return None
+            if found is None:
+                return None
+            self._instancetypes[key] = found.get("spec") or {}
+        return self._instancetypes[key]
 
     def _log_boot(self, key: tuple[str, str], vmi: dict) -> None:
         """A VMI that reached Running booted: log from what, once per VMI."""

@@ -26,6 +26,7 @@ def render_chassis(doc: dict, power: dict[str, str]) -> dict:
         "UUID": doc.get("firmwareUUID") or None,
         "PowerState": power_state(doc, power),
         "Status": {"State": "Enabled", "Health": "OK"},
+        "Drives": {"@odata.id": f"{CHASSIS}/{sid}/Drives"},
         "Links": {
             "ComputerSystems": [{"@odata.id": f"/redfish/v1/Systems/{sid}"}],
             "ManagedBy": [{"@odata.id": f"/redfish/v1/Managers/{sid}"}],

@@ -1,4 +1,5 @@
-"""Inventory below a ComputerSystem (Processors, Memory, SimpleStorage, EthernetInterfaces) for inspection."""
+"""Inventory below a ComputerSystem (Processors, Memory, SimpleStorage, Storage, EthernetInterfaces):
+what Ironic's out-of-band inspection reads. The disks' own resources are in ``storage``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from flask import Blueprint
 
 from app.context import not_found, visible_system
 from app.protocol import collection, resource
+from app.resources.storage import STORAGE_ID, disk_model, storage_members
+from fleetfish.mirror import storage_disks
 
 bp = Blueprint("system_parts", __name__)
 
@@ -17,21 +20,43 @@ def _uri(system_id: str, part: str) -> str:
     return f"/redfish/v1/Systems/{system_id}/{part}"
 
 
+def _topology(doc: dict) -> dict[str, int]:
+    cpu = doc.get("cpu") or {"sockets": 1, "cores": int(doc.get("cpus") or 1), "threads": 1}
+    return {k: int(cpu.get(k) or 1) for k in ("sockets", "cores", "threads")}
+
+
 def _processors(doc: dict) -> dict[str, dict]:
-    cpus = int(doc.get("cpus") or 0)
+    """One Processor per virtual socket: sushy adds up TotalThreads into Ironic's ``cpus``."""
+    topo = _topology(doc)
     return {
-        "CPU1": {
+        f"CPU{n}": {
             "@odata.type": "#Processor.v1_22_0.Processor",
-            "Id": "CPU1",
-            "Name": "Virtual CPU",
+            "Id": f"CPU{n}",
+            "Name": f"Virtual CPU socket {n}",
+            "Socket": str(n - 1),
             "ProcessorType": "CPU",
             "ProcessorArchitecture": "x86",
             "InstructionSet": "x86-64",
             "Manufacturer": "KubeVirt",
-            "TotalCores": cpus,
-            "TotalThreads": cpus,
+            "TotalCores": topo["cores"],
+            "TotalEnabledCores": topo["cores"],
+            "TotalThreads": topo["cores"] * topo["threads"],
             "Status": OK,
         }
+        for n in range(1, topo["sockets"] + 1)
+    }
+
+
+def processor_summary(doc: dict) -> dict:
+    """ComputerSystem.ProcessorSummary; Count is the vCPU count, as sushy-tools reports it."""
+    topo = _topology(doc)
+    threads = topo["sockets"] * topo["cores"] * topo["threads"]
+    return {
+        "Count": threads,
+        "CoreCount": topo["sockets"] * topo["cores"],
+        "LogicalProcessorCount": threads,
+        "ThreadingEnabled": topo["threads"] > 1,
+        "Model": "KubeVirt vCPU",
     }
 
 
@@ -48,14 +73,15 @@ def _memory(doc: dict) -> dict[str, dict]:
     }
 
 
-def _storage(doc: dict) -> dict[str, dict]:
-    devices = [
-        {"Name": disk.get("name") or "disk", "Status": OK}
-        for disk in doc.get("disks") or []
-        if disk.get("kind") in ("disk", "lun")
-    ]
+def _simple_storage(doc: dict) -> dict[str, dict]:
+    devices = []
+    for disk in storage_disks(doc):
+        device = {"Name": disk.get("name") or "disk", "Model": disk_model(disk), "Status": OK}
+        if disk.get("sizeBytes"):
+            device["CapacityBytes"] = int(disk["sizeBytes"])
+        devices.append(device)
     return {
-        "1": {
+        STORAGE_ID: {
             "@odata.type": "#SimpleStorage.v1_3_2.SimpleStorage",
             "Id": "1",
             "Name": "Virtual disk controller",
@@ -66,17 +92,22 @@ def _storage(doc: dict) -> dict[str, dict]:
 
 
 def _interfaces(doc: dict) -> dict[str, dict]:
+    running = ((doc.get("vmi") or {}).get("phase")) == "Running"
     parts = {}
     for iface in doc.get("interfaces") or []:
         name = iface.get("name") or f"nic{len(parts)}"
         mac = (iface.get("macAddress") or "").lower() or None
+        # A powered-off machine's NIC has no link; an interface set "down" in KubeVirt neither.
+        up = running and iface.get("state", "up") == "up"
         parts[name] = {
             "@odata.type": "#EthernetInterface.v1_12_4.EthernetInterface",
             "Id": name,
             "Name": f"Interface {name}",
+            "Description": f"KubeVirt interface {name} ({iface.get('model') or 'virtio'})",
             "MACAddress": mac,
             "PermanentMACAddress": mac,
             "InterfaceEnabled": True,
+            "LinkStatus": "LinkUp" if up else "LinkDown",
             "Status": OK,
         }
     return parts
@@ -86,10 +117,11 @@ PARTS = {
     "Processors": (_processors, "#ProcessorCollection.ProcessorCollection", "Processors"),
     "Memory": (_memory, "#MemoryCollection.MemoryCollection", "Memory"),
     "SimpleStorage": (
-        _storage,
+        _simple_storage,
         "#SimpleStorageCollection.SimpleStorageCollection",
         "Simple Storage",
     ),
+    "Storage": (storage_members, "#StorageCollection.StorageCollection", "Storage"),
     "EthernetInterfaces": (
         _interfaces,
         "#EthernetInterfaceCollection.EthernetInterfaceCollection",

@@ -21,6 +21,7 @@ from app.errors import RedfishError, message
 from app.image_url import redact
 from app.protocol import collection, finalize, if_match_ok, json_body, resource
 from app.resources.secure_boot import secure_boot_wanted
+from app.resources.system_parts import processor_summary
 from app.resources.task_service import accepted
 from app.validate import Param, action_params, patch_object, raise_if, show
 from fleetfish.mirror import power_state
@@ -110,15 +111,14 @@ def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dic
         "PowerState": power_state(doc, power),
         "Status": status,
         "Boot": render_boot(doc, boot),
-        "ProcessorSummary": {
-            "Count": int(doc.get("cpus") or 0),
-        },
+        "ProcessorSummary": processor_summary(doc),
         "MemorySummary": {
             "TotalSystemMemoryGiB": round(int(doc.get("memoryMiB") or 0) / 1024, 3),
         },
         "Processors": {"@odata.id": f"{uri}/Processors"},
         "Memory": {"@odata.id": f"{uri}/Memory"},
         "SimpleStorage": {"@odata.id": f"{uri}/SimpleStorage"},
+        "Storage": {"@odata.id": f"{uri}/Storage"},
         "EthernetInterfaces": {"@odata.id": f"{uri}/EthernetInterfaces"},
         "VirtualMedia": {"@odata.id": f"{uri}/VirtualMedia"},
         "SecureBoot": {"@odata.id": f"{uri}/SecureBoot"},

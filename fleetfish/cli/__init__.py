@@ -1,15 +1,16 @@
-"""The ``fleetfish`` command: one subcommand per module of this package (``fleetfish nodes``)."""
+"""The ``fleetfish`` command: one subcommand per operator task (``fleetfish nodes``, ``fleetfish hosts``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from fleetfish.cli import nodes
+from fleetfish.cli import hosts, nodes
 
 # Each subcommand module has ``HELP``, ``add_arguments(parser)`` and ``run(args) -> int``.
 SUBCOMMANDS = {
     "nodes": nodes,
+    "hosts": hosts,
 }
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from lab.kubesim import boot
-from lab.kubesim.kinds import DV, PVC, VM, VMI
+from lab.kubesim.kinds import CLUSTER_INSTANCETYPE, DV, INSTANCETYPE, PVC, VM, VMI
 from lab.kubesim.store import ObjectStore, now_iso
 
 log = logging.getLogger(__name__)
@@ -242,7 +242,7 @@ class Controller:
                     "foregroundDeleteVirtualMachine",
                 ],
             },
-            "spec": template.get("spec") or {},
+            "spec": self._expand_instancetype(vm, template.get("spec") or {}),
             "status": {
                 "phase": "Pending",
                 "phaseTransitionTimestamps": [
@@ -257,6 +257,24 @@ class Controller:
             if boot.is_hotpluggable(vol):
                 self._plugged[(uid, vol["name"])] = now
         return self.store.peek(VMI, meta["namespace"], meta["name"])
+
+    def _expand_instancetype(self, vm: dict, spec: dict) -> dict:
+        """What KubeVirt writes into the VMI of a VM that names an instancetype: its vCPUs
+        (as sockets, the topology without a preference) and its guest memory."""
+        ref = (vm.get("spec") or {}).get("instancetype") or {}
+        if not ref.get("name"):
+            return spec
+        if (ref.get("kind") or "").lower() == "virtualmachineinstancetype":
+            found = self.store.peek(INSTANCETYPE, vm["metadata"]["namespace"], ref["name"])
+        else:
+            found = self.store.peek(CLUSTER_INSTANCETYPE, "", ref["name"])
+        itype = copy.deepcopy((found or {}).get("spec") or {})
+        domain = spec.setdefault("domain", {})
+        if (itype.get("cpu") or {}).get("guest"):
+            domain["cpu"] = {"sockets": int(itype["cpu"]["guest"]), "cores": 1, "threads": 1}
+        if (itype.get("memory") or {}).get("guest"):
+            domain["memory"] = {"guest": itype["memory"]["guest"]}
+        return spec
 
     def _begin_stop(self, vmi: dict, now: float) -> None:
         meta = vmi["metadata"]

@@ -64,6 +64,26 @@ PVC = Kind(
     custom=False,
     short_names=("pvc",),
 )
+# Instancetypes: KubeVirt expands one into the VMI it starts (CPU, memory).
+INSTANCETYPE = Kind(
+    "instancetype.kubevirt.io",
+    "v1beta1",
+    "virtualmachineinstancetypes",
+    "virtualmachineinstancetype",
+    "VirtualMachineInstancetype",
+    short_names=("vminstancetype", "vminstancetypes", "vmf", "vmfs"),
+    has_status=False,
+)
+CLUSTER_INSTANCETYPE = Kind(
+    "instancetype.kubevirt.io",
+    "v1beta1",
+    "virtualmachineclusterinstancetypes",
+    "virtualmachineclusterinstancetype",
+    "VirtualMachineClusterInstancetype",
+    namespaced=False,
+    short_names=("vmclusterinstancetype", "vmclusterinstancetypes", "vmcf", "vmcfs"),
+    has_status=False,
+)
 NAMESPACE = Kind(
     "",
     "v1",
@@ -88,7 +108,17 @@ CONFIGMAP = Kind(
 )
 SECRET = Kind("", "v1", "secrets", "secret", "Secret", custom=False, has_status=False)
 
-ALL: tuple[Kind, ...] = (VM, VMI, DV, PVC, NAMESPACE, CONFIGMAP, SECRET)
+ALL: tuple[Kind, ...] = (
+    VM,
+    VMI,
+    DV,
+    PVC,
+    INSTANCETYPE,
+    CLUSTER_INSTANCETYPE,
+    NAMESPACE,
+    CONFIGMAP,
+    SECRET,
+)
 BY_PATH: dict[tuple[str, str, str], Kind] = {(k.group, k.version, k.plural): k for k in ALL}
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

@@ -10,6 +10,7 @@ from lab.kubesim.kinds import NAMESPACE, PVC, VM
 from lab.kubesim.store import ObjectStore
 
 PART_OF = {"app.kubernetes.io/part-of": "fleetfish-lab"}
+ROOT_DISK_SIZE = "40Gi"
 
 
 def vm_names(count: int) -> list[str]:
@@ -20,6 +21,11 @@ def vm_names(count: int) -> list[str]:
 def mac_for(namespace: str, name: str) -> str:
     digest = hashlib.sha256(f"{namespace}/{name}".encode()).digest()
     return "02:" + ":".join(f"{b:02x}" for b in digest[:5])  # locally administered, unicast
+
+
+def root_serial(namespace: str, name: str) -> str:
+    """The root disk's serial: 20 characters at most, letters and digits, as KubeVirt accepts."""
+    return "FF" + hashlib.sha256(f"{namespace}/{name}/root".encode()).hexdigest()[:14].upper()
 
 
 def firmware_uuid(namespace: str, name: str) -> str:
@@ -46,7 +52,12 @@ def lab_vm(namespace: str, name: str) -> dict:
                         },
                         "devices": {
                             "disks": [
-                                {"name": "rootdisk", "bootOrder": 1, "disk": {"bus": "virtio"}},
+                                {
+                                    "name": "rootdisk",
+                                    "bootOrder": 1,
+                                    "disk": {"bus": "virtio"},
+                                    "serial": root_serial(namespace, name),
+                                },
                                 {"name": "cdrom", "cdrom": {"bus": "sata", "readonly": True}},
                             ],
                             "interfaces": [
@@ -79,7 +90,7 @@ def root_pvc(namespace: str, vm: str) -> dict:
         },
         "spec": {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": "40Gi"}},
+            "resources": {"requests": {"storage": ROOT_DISK_SIZE}},
             "volumeMode": "Filesystem",
             "storageClassName": "lab-local",
             "volumeName": f"pv-{vm}-root",
@@ -87,7 +98,7 @@ def root_pvc(namespace: str, vm: str) -> dict:
         "status": {
             "phase": "Bound",
             "accessModes": ["ReadWriteOnce"],
-            "capacity": {"storage": "40Gi"},
+            "capacity": {"storage": ROOT_DISK_SIZE},
         },
     }
 

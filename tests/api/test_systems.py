@@ -197,3 +197,22 @@ def test_patch_rejects_unknown_readonly_and_bad_values(client, store, systems, q
     assert resp.status_code == 400
     assert store.get_boot(SYS) == {}
     assert queues.names("fleetfish.power") == []
+
+
+def test_storage_lists_the_disks_and_refuses_raid_volumes(client, systems):
+    storage = client.get(f"{SYS_URI}/Storage/1", headers=ADMIN).get_json()
+    (link,) = storage["Drives"]
+    drive = client.get(link["@odata.id"], headers=ADMIN).get_json()
+    assert (drive["Id"], drive["Protocol"]) == ("rootdisk", "PCIe")
+    assert "CapacityBytes" not in drive  # the mirror has read no claim size for it
+    assert client.get(f"{SYS_URI}/Storage/2", headers=ADMIN).status_code == 404
+    chassis_drives = f"/redfish/v1/Chassis/{SYS}/Drives"
+    assert link["@odata.id"] == f"{chassis_drives}/rootdisk"
+    listed = client.get(chassis_drives, headers=ADMIN).get_json()["Members"]
+    assert listed == [link]
+    assert client.get(f"{chassis_drives}/cdrom", headers=ADMIN).status_code == 404
+    volumes = client.get(f"{SYS_URI}/Storage/1/Volumes", headers=ADMIN)
+    assert volumes.get_json()["Members"] == [] and "POST" in volumes.headers["Allow"]
+    refused = client.post(f"{SYS_URI}/Storage/1/Volumes", json={"RAIDType": "RAID0"}, headers=ADMIN)
+    assert refused.status_code == 400
+    assert error_ids(refused) == ["ActionNotSupported"]

@@ -30,6 +30,8 @@ PLURAL_GROUPS = {
     "virtualmachines": "kubevirt.io",
     "virtualmachineinstances": "kubevirt.io",
     "datavolumes": "cdi.kubevirt.io",
+    "virtualmachineinstancetypes": "instancetype.kubevirt.io",
+    "virtualmachineclusterinstancetypes": "instancetype.kubevirt.io",
     "persistentvolumeclaims": "",
     "secrets": "",
     "configmaps": "",

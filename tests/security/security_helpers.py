@@ -24,6 +24,9 @@ def concrete_routes(app, system_id: str = SYS, **values: str) -> list[tuple[str,
         "registry_id": "Base.1.22.1",
         "log_id": "Log",
         "entry_id": "1",
+        "storage_id": "1",
+        "drive_id": "rootdisk",
+        "controller_id": "1",
         **values,
     }
     out = []
