@@ -36,6 +36,12 @@ def self_signed(directory: Path, hostnames: tuple[str, ...] = ("localhost",)) ->
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
     )
+    _write_pair(cert, key, cert_path, key_path)
+    return cert_path, key_path
+
+
+def _write_pair(cert: x509.Certificate, key: rsa.RSAPrivateKey, cert_path: Path, key_path: Path):
+    """The certificate and its private key as PEM, the key readable by its owner only."""
     key_path.write_bytes(
         key.private_bytes(
             serialization.Encoding.PEM,
@@ -45,7 +51,6 @@ def self_signed(directory: Path, hostnames: tuple[str, ...] = ("localhost",)) ->
     )
     key_path.chmod(0o600)
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return cert_path, key_path
 
 
 def private_ca(
@@ -103,14 +108,6 @@ def private_ca(
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key_path.chmod(0o600)
-    cert_path.write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    _write_pair(server, key, cert_path, key_path)
     ca_path.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     return ca_path, cert_path, key_path
