@@ -27,6 +27,7 @@ def concrete_routes(app, system_id: str = SYS, **values: str) -> list[tuple[str,
         "storage_id": "1",
         "drive_id": "rootdisk",
         "controller_id": "1",
+        "interface_id": "BMC",
         **values,
     }
     out = []
