@@ -97,23 +97,15 @@ class AccountStore:
         ``decide`` sees the account as stored at the instant of the write (it may raise to
         refuse the change); other keys whose value it depends on are named in ``watch``.
         """
-        key = key_account(name)
-        for _ in range(MAX_TRIES):
-            with self.r.pipeline() as pipe:
-                try:
-                    pipe.watch(key, *watch)
-                    current = pipe.hgetall(key)
-                    if not current:
-                        return None
-                    changes = decide(current)
-                    pipe.multi()
-                    if changes:
-                        pipe.hset(key, mapping=changes)
-                    pipe.execute()
-                    return current, {**current, **changes}
-                except redis.WatchError:
-                    continue
-        raise ConcurrentChange(name)
+
+        def write(pipe, current: dict[str, str]):
+            changes = decide(current)
+            pipe.multi()
+            if changes:
+                pipe.hset(key_account(name), mapping=changes)
+            return current, {**current, **changes}
+
+        return self._write_checked(name, watch, write)
 
     def delete(
         self,
@@ -122,6 +114,20 @@ class AccountStore:
         watch: tuple[str, ...] = (),
     ) -> dict[str, str] | None:
         """Delete the account if ``decide(current)`` does not raise; what it was, or None."""
+
+        def write(pipe, current: dict[str, str]):
+            decide(current)
+            pipe.multi()
+            pipe.delete(key_account(name))
+            pipe.srem(KEY_ACCOUNTS, name)
+            return current
+
+        return self._write_checked(name, watch, write)
+
+    def _write_checked(self, name: str, watch: tuple[str, ...], write: Callable):
+        """``write(pipe, current)`` queues its writes once the stored account is read under
+        WATCH (with ``watch``), and they run only if none of those keys changed meanwhile;
+        retried when another writer won. None when the account does not exist."""
         key = key_account(name)
         for _ in range(MAX_TRIES):
             with self.r.pipeline() as pipe:
@@ -130,12 +136,9 @@ class AccountStore:
                     current = pipe.hgetall(key)
                     if not current:
                         return None
-                    decide(current)
-                    pipe.multi()
-                    pipe.delete(key)
-                    pipe.srem(KEY_ACCOUNTS, name)
+                    result = write(pipe, current)
                     pipe.execute()
-                    return current
+                    return result
                 except redis.WatchError:
                     continue
         raise ConcurrentChange(name)

@@ -14,7 +14,6 @@ import json
 from collections.abc import Callable
 
 ANN_ORIGINAL = "fleetfish.io/original-boot-order"
-TARGETS = ("None", "Pxe", "Hdd", "Cd", "UefiHttp")
 
 
 def _devices(vm: dict) -> dict:
