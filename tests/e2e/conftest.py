@@ -64,6 +64,7 @@ class VMTimeline:
         self.cdrom = cdrom_disk
         self.attached: dict[str, float] = {}
         self.started: dict[str, float] = {}
+        self.seen: set[str] = set()  # VMs the watch has delivered: it is streaming
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
@@ -80,6 +81,7 @@ class VMTimeline:
                 now = time.time()
                 vm = event["object"]
                 name = vm["metadata"]["name"]
+                self.seen.add(name)
                 spec = vm.get("spec", {})
                 volumes = spec.get("template", {}).get("spec", {}).get("volumes", []) or []
                 if any(v.get("name") == self.cdrom for v in volumes):
@@ -91,6 +93,11 @@ class VMTimeline:
                     self.started.setdefault(name, now)
         except Exception:  # noqa: BLE001 - the watch ends when the lab stops
             return
+
+    def watching(self, vm: str, timeout: float = 30.0) -> None:
+        """Return once the watch has delivered ``vm`` (its initial ADDED event): from then on
+        every change of it is seen."""
+        wait_for(lambda: vm in self.seen, timeout, what=f"watch of {vm} streaming")
 
     def stop(self) -> None:
         self.watch.stop()

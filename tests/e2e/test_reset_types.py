@@ -87,6 +87,7 @@ def test_a_power_on_sent_while_media_is_pending_waits_for_the_iso(stack, rf, vm,
     rf.power_off_and_eject(vm)
     timeline = VMTimeline(stack)
     try:
+        timeline.watching(vm)
         image = f"{stack.iso_url}/images/{reset_type.value}-{vm}.iso"
         since = time.time()
         assert rf.insert(vm, image).status_code == 202
