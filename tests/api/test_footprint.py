@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+from api_helpers import ADMIN, EJECT_URI, INSERT_URI, RESET_URI
+from celery.result import AsyncResult
 
 REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("kubernetes", "workers", "tasks.media", "tasks.power", "tasks.boot", "requests")
@@ -39,3 +43,17 @@ def test_api_imports_no_cluster_or_worker_code_and_stays_small(redis_url):
     # About 50 MiB alone (Flask, redis-py, Celery's client side). Printed, not asserted: inside
     # a loaded full run it read 156 MiB once; memory targets belong to the benchmarks.
     print(f"API process peak RSS: {report['max_rss_mib']:.0f} MiB")
+
+
+def test_answered_calls_leave_no_celery_results_behind(client, systems):
+    """Every InsertMedia sends a chord; the API never waits for it, so nothing of it may stay
+    referenced after the answer (Celery's Redis backend files each chord header as a pending
+    result to wait on, one entry per call for ever: the API's memory grew ~4 KiB per cycle)."""
+    for cycle in range(25):
+        assert client.post(EJECT_URI, json={}, headers=ADMIN).status_code in (202, 204)
+        image = f"http://192.0.2.10:8080/redfish/boot-{cycle}.iso"
+        assert client.post(INSERT_URI, json={"Image": image}, headers=ADMIN).status_code == 202
+        assert client.post(RESET_URI, json={"ResetType": "On"}, headers=ADMIN).status_code == 202
+    gc.collect()
+    alive = [o for o in gc.get_objects() if isinstance(o, AsyncResult)]
+    assert alive == [], f"{len(alive)} results still referenced"
