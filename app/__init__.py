@@ -14,6 +14,7 @@ from app.bcrypt_budget import BcryptBudget
 from app.dispatch import make_celery
 from app.resources import (
     account_service,
+    bios,
     chassis,
     log_service,
     manager_network,
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         systems,
         system_parts,
         secure_boot,
+        bios,
         storage,
         managers,
         manager_network,

@@ -45,6 +45,8 @@ SCHEMAS = (
     ("EthernetInterfaceCollection", ""),
     ("EthernetInterface", "EthernetInterface.v1_12_4"),
     ("SecureBoot", "SecureBoot.v1_1_2"),
+    ("Bios", "Bios.v1_2_3"),
+    ("AttributeRegistry", "AttributeRegistry.v1_4_0"),
     ("LogServiceCollection", ""),
     ("LogService", "LogService.v1_9_0"),
     ("LogEntryCollection", ""),
