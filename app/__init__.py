@@ -19,6 +19,7 @@ from app.resources import (
     log_service,
     manager_network,
     managers,
+    media_certificates,
     registries,
     secure_boot,
     service_root,
@@ -92,6 +93,12 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(virtual_media.bp, url_prefix="/redfish/v1/Systems", name="system_media")
     app.register_blueprint(
         virtual_media.bp, url_prefix="/redfish/v1/Managers", name="manager_media"
+    )
+    app.register_blueprint(
+        media_certificates.bp, url_prefix="/redfish/v1/Systems", name="system_certs"
+    )
+    app.register_blueprint(
+        media_certificates.bp, url_prefix="/redfish/v1/Managers", name="manager_certs"
     )
     app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Systems", name="system_logs")
     app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Managers", name="manager_logs")

@@ -46,6 +46,8 @@ SCHEMAS = (
     ("EthernetInterface", "EthernetInterface.v1_12_4"),
     ("SecureBoot", "SecureBoot.v1_1_2"),
     ("Bios", "Bios.v1_2_3"),
+    ("CertificateCollection", ""),
+    ("Certificate", "Certificate.v1_11_0"),
     ("AttributeRegistry", "AttributeRegistry.v1_4_0"),
     ("LogServiceCollection", ""),
     ("LogService", "LogService.v1_9_0"),

@@ -29,6 +29,7 @@ def concrete_routes(app, system_id: str = SYS, **values: str) -> list[tuple[str,
         "drive_id": "rootdisk",
         "controller_id": "1",
         "interface_id": "BMC",
+        "cert_id": "1",
         **values,
     }
     out = []
