@@ -14,10 +14,12 @@ from app.bcrypt_budget import BcryptBudget
 from app.dispatch import make_celery
 from app.resources import (
     account_service,
+    bios,
     chassis,
     log_service,
     manager_network,
     managers,
+    media_certificates,
     registries,
     secure_boot,
     service_root,
@@ -76,6 +78,7 @@ def create_app(settings: Settings | None = None) -> Flask:
         systems,
         system_parts,
         secure_boot,
+        bios,
         storage,
         managers,
         manager_network,
@@ -90,6 +93,12 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(virtual_media.bp, url_prefix="/redfish/v1/Systems", name="system_media")
     app.register_blueprint(
         virtual_media.bp, url_prefix="/redfish/v1/Managers", name="manager_media"
+    )
+    app.register_blueprint(
+        media_certificates.bp, url_prefix="/redfish/v1/Systems", name="system_certs"
+    )
+    app.register_blueprint(
+        media_certificates.bp, url_prefix="/redfish/v1/Managers", name="manager_certs"
     )
     app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Systems", name="system_logs")
     app.register_blueprint(log_service.bp, url_prefix="/redfish/v1/Managers", name="manager_logs")

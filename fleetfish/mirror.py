@@ -8,7 +8,8 @@ resources from them without ever calling Kubernetes. Format (all keys always pre
      "printableStatus", "ready": bool, "paused": bool, "restartRequired": bool,
      "vmi": {"uid", "phase", "created", "secureBoot": bool} | None,
      "bootMode": "UEFI" | "Legacy", "secureBoot": bool, "cpus": int, "memoryMiB": int,
-     "cpu": {"sockets", "cores", "threads"},
+     "cpu": {"sockets", "cores", "threads"}, "maxSockets": int (0: unset),
+     "instancetype": bool (the VM takes its CPU and memory from an instancetype),
      "disks": [{"name", "kind": "disk|cdrom|lun", "bus", "bootOrder": int | None,
                 "serial": str | None, "sizeBytes": int | None (unknown: containerDisk, or a
                 claim not read yet),
@@ -230,6 +231,8 @@ def mirror_doc(
         "secureBoot": secure_boot_of(template),
         "cpus": topology["sockets"] * topology["cores"] * topology["threads"],
         "cpu": topology,
+        "maxSockets": int((domain.get("cpu") or {}).get("maxSockets") or 0),
+        "instancetype": bool(vm.get("spec", {}).get("instancetype")),
         "memoryMiB": quantity_to_bytes(memory) // 2**20,
         "disks": disks,
         "interfaces": interfaces,

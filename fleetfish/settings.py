@@ -59,6 +59,9 @@ class Settings:
     dv_storage_class: str = ""
     # A ConfigMap (in each VM's namespace) of CA certificates every https import trusts.
     image_ca_configmap: str = ""
+    # Whether a VirtualMedia may be set to VerifyCertificate false (its imports then trust
+    # whatever certificate the image server presents).
+    media_allow_unverified: bool = False
     cdrom_disk: str = "cdrom"
     # A started VM that is not running after this many seconds is stopped and reported.
     power_on_timeout: int = 300
@@ -105,6 +108,7 @@ class Settings:
             dv_min_size_mib=int(e.get("FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib)),
             dv_storage_class=e.get("FLEETFISH_DV_STORAGE_CLASS", ""),
             image_ca_configmap=e.get("FLEETFISH_IMAGE_CA_CONFIGMAP", ""),
+            media_allow_unverified=_bool(e.get("FLEETFISH_MEDIA_ALLOW_UNVERIFIED"), False),
             cdrom_disk=e.get("FLEETFISH_CDROM_DISK", cls.cdrom_disk),
             power_on_timeout=int(e.get("FLEETFISH_POWER_ON_TIMEOUT", cls.power_on_timeout)),
             event_log_entries=int(e.get("FLEETFISH_EVENT_LOG_ENTRIES", cls.event_log_entries)),

@@ -7,6 +7,8 @@ Key layout (all under the ``ff:`` prefix):
 ``ff:mirror``               HASH, watcher bookkeeping (``holder``, ``synced_at``)
 ``ff:media:{id}:{dev}``     HASH, requested virtual media of one device (see ``MEDIA_FIELDS``)
 ``ff:mediacred:{id}:{dev}`` HASH, image fetch credentials; never rendered by the API
+``ff:mediacert:{id}:{dev}`` HASH, CA certificates (PEM) the device's https imports trust, by
+                            id, and ``next``: the last id given
 ``ff:power:{id}``           HASH, deferred and in-flight power actions, ``last_request``: task
                             of the latest Reset, InsertMedia or EjectMedia of the system,
                             ``last_reset``: task of the latest Reset,
@@ -79,6 +81,7 @@ MEDIA_FIELDS = (
     "progress",  # import percentage, float as string
     "attached",  # "1" once the volume is attached to the VM
     "updated",  # epoch seconds
+    "verify_certificate",  # "0": VerifyCertificate false (kept across inserts), else verified
 )
 
 TASK_FIELDS = (
@@ -111,6 +114,10 @@ def key_media(system_id: str, device: str = "Cd") -> str:
 
 def key_media_cred(system_id: str, device: str = "Cd") -> str:
     return f"{PREFIX}mediacred:{system_id}:{device}"
+
+
+def key_media_certs(system_id: str, device: str = "Cd") -> str:
+    return f"{PREFIX}mediacert:{system_id}:{device}"
 
 
 def key_power(system_id: str) -> str:
@@ -586,6 +593,27 @@ class Store:
             "released_task": _s(dtask),
             "released_celery_id": celery_id if _s(action) else "",
         }
+
+    def media_certificates(self, system_id: str, device: str = "Cd") -> dict[str, str]:
+        """Certificate id -> PEM, in the order they were added."""
+        found = _decode(self.r.hgetall(key_media_certs(system_id, device)))
+        found.pop("next", None)
+        return dict(sorted(found.items(), key=lambda item: int(item[0])))
+
+    def add_media_certificate(self, system_id: str, device: str, pem: str) -> str:
+        """Keep one more certificate; returns its id (never reused)."""
+        key = key_media_certs(system_id, device)
+        cert_id = str(self.r.hincrby(key, "next", 1))
+        self.r.hset(key, cert_id, pem)
+        return cert_id
+
+    def delete_media_certificate(self, system_id: str, device: str, cert_id: str) -> bool:
+        if not cert_id.isdigit():
+            return False
+        return bool(self.r.hdel(key_media_certs(system_id, device), cert_id))
+
+    def set_media_verify(self, system_id: str, device: str, verify: bool) -> None:
+        self.r.hset(key_media(system_id, device), "verify_certificate", "1" if verify else "0")
 
     def media_credentials(self, system_id: str, device: str = "Cd") -> dict[str, str]:
         return _decode(self.r.hgetall(key_media_cred(system_id, device)))

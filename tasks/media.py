@@ -17,6 +17,7 @@ from tasks.power import end_power_task, watch_start
 from workers import runtime
 from workers.kubevirt import KubeError, NotFound, Transient
 from workers.media import (
+    CertificateUnreadable,
     credentials_secret,
     delete_device_dvs,
     delete_dv,
@@ -29,6 +30,7 @@ from workers.media import (
     remove_cdrom_volume,
     set_cdrom_volume,
     storage_size,
+    trust_configmap,
     vmi_volume_ready,
 )
 from workers.power import PowerError, run_power
@@ -92,12 +94,21 @@ def check_ca_configmap(kv, conf, system_id: str, image: str) -> None:
 def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None:
     """Create (or find) this generation's DataVolume; None if the request went stale."""
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
-    check_ca_configmap(kv, conf, system_id, image)
+    media = store.get_media(system_id, device)
+    certificates = list(store.media_certificates(system_id, device).values())
+    # VerifyCertificate false counts only while the operator allows it.
+    verify = media.get("verify_certificate") != "0" or not conf.media_allow_unverified
+    try:
+        ca = trust_configmap(kv, system_id, device, image, gen, certificates, verify)
+    except CertificateUnreadable as exc:
+        raise MediaError(str(exc)) from None
+    if not ca:
+        check_ca_configmap(kv, conf, system_id, image)
     size = storage_size(head_content_length(image), conf)
     # Credentials never enter the task message: they stay in Redis until put in a Secret.
     creds = store.media_credentials(system_id, device)
     secret = credentials_secret(kv, system_id, device, image, gen, creds) if creds else ""
-    body = dv_body(system_id, device, image, gen, size, conf, secret_name=secret)
+    body = dv_body(system_id, device, image, gen, size, conf, secret_name=secret, ca_configmap=ca)
     with device_lock(store.r, system_id, device):
         # Checked under the lock an eject also holds: a stale import never creates an orphan.
         if _current(system_id, device, gen) is None:

@@ -147,6 +147,22 @@ def set_secure_boot(vm: dict, wanted: str) -> None:
         domain.setdefault("features", {})["smm"] = {"enabled": True}
 
 
+def set_max_sockets(vm: dict, wanted: str) -> None:
+    """A BIOS ``CpuMaxSockets`` onto ``domain.cpu.maxSockets`` ("0": unset, the cluster's
+    default); nothing otherwise. A VM that takes its CPU from an instancetype has no
+    ``domain.cpu`` of its own to write (the API refuses the setting there)."""
+    if not wanted.isdigit() or (vm.get("spec") or {}).get("instancetype"):
+        return
+    domain = vm["spec"]["template"]["spec"].setdefault("domain", {})
+    cpu = domain.setdefault("cpu", {})
+    if int(wanted):
+        cpu["maxSockets"] = int(wanted)
+    else:
+        cpu.pop("maxSockets", None)
+        if not cpu:
+            domain.pop("cpu")
+
+
 def effective_target(override: dict[str, str]) -> str:
     """The target to apply now: None when the override is Disabled or absent."""
     if override.get("enabled", "Disabled") in ("", "Disabled"):
@@ -161,5 +177,6 @@ def boot_mutator(override: dict[str, str], cdrom_disk: str) -> Callable[[dict], 
         write_order(vm, plan_boot_order(vm, effective_target(override), cdrom_disk))
         set_boot_mode(vm, override.get("mode", ""))
         set_secure_boot(vm, override.get("secure_boot", ""))
+        set_max_sockets(vm, override.get("max_sockets", ""))
 
     return mutate

@@ -410,6 +410,33 @@ class KubeVirt:
         except NotFound:
             return False
 
+    def apply_configmap(self, ns: str, name: str, data: dict, labels: dict) -> None:
+        """POST a ConfigMap, or PUT it when it exists. Raises Invalid, Transient."""
+        core = client.CoreV1Api(self.api)
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": ns, "labels": labels},
+            "data": data,
+        }
+        try:
+            with _errors(f"create ConfigMap {ns}/{name}"):
+                core.create_namespaced_config_map(ns, body, _request_timeout=REQUEST_TIMEOUT)
+        except AlreadyExists:
+            with _errors(f"replace ConfigMap {ns}/{name}"):
+                core.replace_namespaced_config_map(name, ns, body, _request_timeout=REQUEST_TIMEOUT)
+
+    def delete_configmap(self, ns: str, name: str) -> bool:
+        """DELETE a ConfigMap; False when it did not exist. Raises Transient."""
+        try:
+            with _errors(f"delete ConfigMap {ns}/{name}"):
+                client.CoreV1Api(self.api).delete_namespaced_config_map(
+                    name, ns, _request_timeout=REQUEST_TIMEOUT
+                )
+            return True
+        except NotFound:
+            return False
+
     # -- lists and watches -------------------------------------------------------------------
 
     def _list_all(self, gv, plural, selector) -> tuple[list[dict], dict[str, str]]:

@@ -10,7 +10,9 @@ import hashlib
 import logging
 import math
 import re
+import ssl
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import requests
 
@@ -91,14 +93,18 @@ def dv_body(
     size: str,
     settings: Settings,
     secret_name: str = "",
+    ca_configmap: str = "",
 ) -> dict:
+    """``ca_configmap``: the system's own CA ConfigMap (``trust_configmap``), else the
+    deployment's (FLEETFISH_IMAGE_CA_CONFIGMAP)."""
     ns, _ = split_system_id(system_id)
     http: dict = {"url": image}
     if secret_name:
         http["secretRef"] = secret_name
-    if settings.image_ca_configmap and image.lower().startswith("https://"):
+    ca = ca_configmap or settings.image_ca_configmap
+    if ca and image.lower().startswith("https://"):
         # CDI's importer trusts only its system roots unless the DataVolume names a CA.
-        http["certConfigMap"] = settings.image_ca_configmap
+        http["certConfigMap"] = ca
     storage: dict = {"resources": {"requests": {"storage": size}}}
     if settings.dv_storage_class:
         storage["storageClassName"] = settings.dv_storage_class
@@ -297,13 +303,58 @@ def credentials_secret(
     return name
 
 
+class CertificateUnreadable(Exception):
+    """The image server's certificate could not be read (the message says why)."""
+
+
+def presented_certificate(image: str, timeout: float = 10.0) -> str:
+    """The PEM certificate the image's https server presents (not verified: that is the point)."""
+    parts = urlsplit(image)
+    try:
+        return ssl.get_server_certificate((parts.hostname, parts.port or 443), timeout=timeout)
+    except (OSError, ValueError) as exc:
+        raise CertificateUnreadable(
+            f"could not read the certificate of {parts.hostname}: {exc}"
+        ) from None
+
+
+def trust_configmap(
+    kv: KubeVirt,
+    system_id: str,
+    device: str,
+    image: str,
+    gen: int,
+    certificates: list[str],
+    verify: bool,
+) -> str:
+    """The ConfigMap of what this import trusts when the VirtualMedia says so ('' otherwise:
+    the deployment's CA applies): its Certificates, or with VerifyCertificate false (allowed
+    by the operator) the certificate the server presents. Named after the DataVolume and
+    deleted with it."""
+    if not image.lower().startswith("https://") or (verify and not certificates):
+        return ""
+    pems = certificates if verify else [presented_certificate(image)]
+    ns, _ = split_system_id(system_id)
+    name = f"{dv_name(system_id, device, image, gen)}-ca"
+    labels = {
+        LABEL_SYSTEM: system_label(system_id),
+        LABEL_DEVICE: device,
+        LABEL_GEN: str(gen),
+        LABEL_MANAGED: "fleetfish",
+    }
+    kv.apply_configmap(ns, name, {"ca.pem": "\n".join(p.strip() for p in pems) + "\n"}, labels)
+    return name
+
+
 def delete_dv(kv: KubeVirt, dv: dict) -> bool:
-    """Delete one DataVolume and the credential Secret it referenced, if any."""
+    """Delete one DataVolume and the credential Secret and CA ConfigMap made for it, if any."""
     ns, name = dv["metadata"]["namespace"], dv["metadata"]["name"]
     deleted = kv.delete_dv(ns, name)
-    secret = (((dv.get("spec") or {}).get("source") or {}).get("http") or {}).get("secretRef")
-    if secret:
-        kv.delete_secret(ns, secret)
+    http = ((dv.get("spec") or {}).get("source") or {}).get("http") or {}
+    if http.get("secretRef"):
+        kv.delete_secret(ns, http["secretRef"])
+    if http.get("certConfigMap") == f"{name}-ca":
+        kv.delete_configmap(ns, http["certConfigMap"])
     return deleted
 
 

@@ -122,6 +122,7 @@ def render_system(doc: dict, power: dict[str, str], boot: dict[str, str]) -> dic
         "EthernetInterfaces": {"@odata.id": f"{uri}/EthernetInterfaces"},
         "VirtualMedia": {"@odata.id": f"{uri}/VirtualMedia"},
         "SecureBoot": {"@odata.id": f"{uri}/SecureBoot"},
+        "Bios": {"@odata.id": f"{uri}/Bios"},
         "LogServices": {"@odata.id": f"{uri}/LogServices"},
         "Links": {
             "ManagedBy": [{"@odata.id": f"/redfish/v1/Managers/{sid}"}],

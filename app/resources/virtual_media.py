@@ -25,9 +25,9 @@ from app.context import (
 )
 from app.errors import RedfishError
 from app.image_url import ImageURL, parse, redact
-from app.protocol import collection, json_body, no_content, resource
+from app.protocol import collection, finalize, if_match_ok, json_body, no_content, resource
 from app.resources.task_service import accepted
-from app.validate import Param, action_params
+from app.validate import Param, action_params, patch_object, raise_if
 from fleetfish.image_policy import refusal
 from fleetfish.store import DEVICES, PENDING_STATES
 from tasks import canvas
@@ -37,6 +37,7 @@ bp = Blueprint("virtual_media", __name__)
 
 PARENTS = {"system_media": "/redfish/v1/Systems", "manager_media": "/redfish/v1/Managers"}
 PROTOCOLS = ("HTTP", "HTTPS")
+MEDIA_ALLOW = ("GET", "HEAD", "PATCH")
 METHODS = ("Stream", "Upload")
 INSERT = "VirtualMedia.InsertMedia"
 EJECT = "VirtualMedia.EjectMedia"
@@ -85,6 +86,8 @@ def render_media(system_id: str, device: str, media: dict[str, str]) -> dict:
         "TransferProtocolType": protocol or None,
         "TransferMethod": media.get("transfer_method") or ("Stream" if image else None),
         "Status": status,
+        "VerifyCertificate": media.get("verify_certificate") != "0",
+        "Certificates": {"@odata.id": f"{uri}/Certificates"},
         "Actions": {
             f"#{INSERT}": {
                 "target": f"{uri}/Actions/{INSERT}",
@@ -113,7 +116,40 @@ def media(system_id: str, device: str):
         visible_system(system_id)  # an unknown system is the 404 to report first
         _device(device)
     _, media = visible_system_with(system_id, "media")
-    return resource(render_media(system_id, device, media))
+    return resource(render_media(system_id, device, media), allow=MEDIA_ALLOW)
+
+
+@bp.patch("/<system_id>/VirtualMedia/<device>")
+def patch_media(system_id: str, device: str):
+    """``VerifyCertificate`` only: false needs FLEETFISH_MEDIA_ALLOW_UNVERIFIED (the imports
+    then trust whatever certificate the image server presents)."""
+    if device not in DEVICES:
+        visible_system(system_id)
+        _device(device)
+    _, media = visible_system_with(system_id, "media")
+    current = finalize(render_media(system_id, device, media))
+    body = json_body(allow_empty=False)
+    readonly = {k for k in current if k != "VerifyCertificate"}
+    changes, errors = patch_object(body, {"VerifyCertificate": Param(bool)}, readonly)
+    raise_if(errors)
+    if changes.get("VerifyCertificate") is False and not settings().media_allow_unverified:
+        error = RedfishError(
+            400, "PropertyValueNotInList", ["false", "VerifyCertificate"], ["#/VerifyCertificate"]
+        )
+        error.messages[0]["Resolution"] = (
+            "Add the image server's CA to this VirtualMedia's Certificates instead; the "
+            "operator allows unverified imports with FLEETFISH_MEDIA_ALLOW_UNVERIFIED."
+        )
+        raise error
+    if not if_match_ok(current["@odata.etag"]):
+        raise RedfishError(412, "PreconditionFailed")
+    if "VerifyCertificate" in changes:
+        store().set_media_verify(system_id, device, changes["VerifyCertificate"])
+        log.info(
+            "VerifyCertificate %s on %s system=%s", changes["VerifyCertificate"], device, system_id
+        )
+    _, media = visible_system_with(system_id, "media")
+    return resource(render_media(system_id, device, media), allow=MEDIA_ALLOW)
 
 
 def check_image(image: str) -> ImageURL:

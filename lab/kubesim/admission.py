@@ -34,6 +34,16 @@ def validate_vm(vm: dict, creating: bool) -> None:
         )
     else:
         causes += vmi_spec_causes(template, "spec.template.spec")
+        cpu = ((template.get("domain") or {}).get("cpu")) or {}
+        if spec.get("instancetype") and cpu:
+            # The instancetype owns the CPU: a VM naming one may not set its own.
+            causes.append(
+                errors.cause(
+                    "VM field(s) spec.template.spec.domain.cpu conflicts with selected "
+                    "instance type",
+                    "spec.template.spec.domain.cpu",
+                )
+            )
     if causes:
         raise errors.invalid(VM, name, causes, webhook=VM_WEBHOOK)
 
@@ -94,6 +104,7 @@ def vmi_spec_causes(spec: dict, field: str) -> list[dict]:
             )
         seen_orders.add(order)
     causes += firmware_causes(spec.get("domain") or {}, f"{field}.domain")
+    causes += cpu_causes(spec.get("domain") or {}, f"{field}.domain")
     names = [v.get("name") for v in spec.get("volumes") or []]
     for idx, vname in enumerate(names):
         if names.index(vname) != idx:
@@ -122,6 +133,28 @@ def firmware_causes(domain: dict, field: str) -> list[dict]:
             efi_field,
         )
     ]
+
+
+def cpu_causes(domain: dict, field: str) -> list[dict]:
+    """CPU hot-plug: the sockets a VM starts with cannot exceed its ``maxSockets``."""
+    cpu = domain.get("cpu") or {}
+    sockets, most = cpu.get("sockets") or 0, cpu.get("maxSockets") or 0
+    causes = []
+    for name, value in (("sockets", sockets), ("maxSockets", most)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            causes.append(
+                errors.cause(
+                    f"{field}.cpu.{name} must be a non-negative integer", f"{field}.cpu.{name}"
+                )
+            )
+    if not causes and sockets and most and sockets > most:
+        causes.append(
+            errors.cause(
+                "Number of sockets in CPU topology is greater than the maximum sockets allowed",
+                f"{field}.cpu.sockets",
+            )
+        )
+    return causes
 
 
 def validate_dv(dv: dict) -> None:

@@ -153,6 +153,11 @@ class BootLog:
             "image_url": choice["image_url"],
             "sha256": choice.get("sha256"),
             "firmware": firmware_of(vmi),
+            # CPU hot-plug limit the domain started with (0: the cluster's default).
+            "maxSockets": int(
+                (((vmi.get("spec") or {}).get("domain") or {}).get("cpu") or {}).get("maxSockets")
+                or 0
+            ),
             "reason": reason,
         }
         with self._lock:

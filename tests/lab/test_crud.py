@@ -291,3 +291,20 @@ def test_secure_boot_needs_smm(k8s):
     assert ok["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"] == {
         "secureBoot": True
     }
+
+
+def test_sockets_above_max_sockets_and_cpu_beside_an_instancetype_are_refused(k8s):
+    def patch(ops):
+        return k8s.patch_vm("ostest-master-2", ops, "application/json-patch+json")
+
+    cpu = "/spec/template/spec/domain/cpu"
+    with pytest.raises(ApiException) as exc:
+        patch([{"op": "add", "path": cpu, "value": {"sockets": 4, "maxSockets": 2}}])
+    assert exc.value.status == 422
+    assert "greater than the maximum sockets allowed" in _error(exc)["message"]
+    ok = patch([{"op": "add", "path": cpu, "value": {"sockets": 2, "maxSockets": 4}}])
+    assert ok["spec"]["template"]["spec"]["domain"]["cpu"]["maxSockets"] == 4
+    with pytest.raises(ApiException) as exc:
+        patch([{"op": "add", "path": "/spec/instancetype", "value": {"name": "u1.large"}}])
+    assert exc.value.status == 422
+    assert "conflicts with selected instance type" in _error(exc)["message"]

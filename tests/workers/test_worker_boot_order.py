@@ -96,3 +96,22 @@ def test_write_order_drops_orders_not_in_the_plan():
     vm = lab_vm()
     write_order(vm, {"disks": {"cdrom": 1}, "interfaces": {}})
     assert orders(vm) == {"rootdisk": None, "cdrom": 1, "default": None}
+
+
+def test_max_sockets_is_written_and_zero_removes_it():
+    vm = lab_vm()
+    domain = vm["spec"]["template"]["spec"]["domain"]
+    boot_mutator({"max_sockets": "4"}, "cdrom")(vm)
+    assert domain["cpu"] == {"maxSockets": 4}
+    domain["cpu"]["sockets"] = 2
+    boot_mutator({"max_sockets": "0"}, "cdrom")(vm)
+    assert domain["cpu"] == {"sockets": 2}
+    boot_mutator({}, "cdrom")(vm)  # nothing requested: the VM's own value stays
+    assert domain["cpu"] == {"sockets": 2}
+
+
+def test_max_sockets_leaves_an_instancetype_vm_alone():
+    vm = lab_vm()
+    vm["spec"]["instancetype"] = {"name": "u1.large"}
+    boot_mutator({"max_sockets": "4"}, "cdrom")(vm)
+    assert "cpu" not in vm["spec"]["template"]["spec"]["domain"]
