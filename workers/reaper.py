@@ -184,7 +184,7 @@ def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject, SendStart
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from tasks.canvas import eject_media, insert_media_chord, power_reset, power_verify
+    from fleetfish.wire import eject_media, insert_media_chord, power_reset, power_verify
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))

@@ -13,10 +13,7 @@ import time
 from celery import shared_task
 
 from fleetfish.mirror import split_system_id
-from tasks.power import end_power_task, watch_start
-from workers import runtime
-from workers.kubevirt import KubeError, NotFound, Transient
-from workers.media import (
+from tasks.media.volumes import (
     credentials_secret,
     delete_device_dvs,
     delete_dv,
@@ -31,7 +28,10 @@ from workers.media import (
     storage_size,
     vmi_volume_ready,
 )
-from workers.power import PowerError, run_power
+from tasks.power.reset import PowerError, run_power
+from tasks.power.tasks import end_power_task, watch_start
+from workers import runtime
+from workers.kubevirt import KubeError, NotFound, Transient
 from workers.taskutil import device_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
 from fleetfish.store import OFF_ACTIONS, Store, key_task
-from workers.boot import boot_mutator
+from tasks.boot.override import boot_mutator
 from workers.kubevirt import Conflict, KubeVirt, NotFound
 
 log = logging.getLogger("fleetfish.worker")

@@ -8,12 +8,12 @@ import time
 
 from celery import current_app, shared_task
 
+from fleetfish import wire
 from fleetfish.mirror import split_system_id
 from fleetfish.store import ENDED_TASK_STATES, Store, key_task
-from tasks import canvas
+from tasks.power.reset import PowerError, run_power, start_blocker, vmi_running
 from workers import runtime
 from workers.kubevirt import Conflict, KubeError, NotFound, Transient
-from workers.power import PowerError, run_power, start_blocker, vmi_running
 from workers.taskutil import reset_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
@@ -30,7 +30,7 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
     if not task_id or not store.r.exists(key_task(task_id)):
         return  # no Redfish task to report on (expired)
     store.follow_start(task_id)
-    canvas.power_verify(current_app, system_id, task_id, vmi_uid_before).apply_async(
+    wire.power_verify(current_app, system_id, task_id, vmi_uid_before).apply_async(
         countdown=START_CHECK_FIRST
     )
 
