@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("kubernetes", "workers", "tasks.media", "tasks.power", "tasks.boot", "requests")
+FORBIDDEN = ("kubernetes", "workers", "tasks", "requests")
 PROBE = """
 import json, sys
 from app import create_app
