@@ -1,7 +1,8 @@
 """The only module that talks to Kubernetes: KubeVirt VMs/VMIs, CDI DataVolumes, subresources.
 
 Every call has a timeout and raises one of the domain errors below instead of ``ApiException``,
-so tasks can retry ``Transient`` with backoff and fail clearly on the others. Pinned to the
+each one of the kinds in ``workers/errors.py``, so tasks can retry ``Transient`` with backoff
+and fail clearly on the others. Pinned to the
 ``kubernetes`` 37 client (OpenAPI generator v7: ``param_serialize`` + ``call_api``); one
 ``ApiClient`` per process is shared by all worker threads (its urllib3 PoolManager is
 thread-safe and synchronous calls keep no per-request state on the client).
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from fleetfish.settings import Settings
+from workers import errors
 
 log = logging.getLogger("fleetfish.kubevirt")
 
@@ -43,21 +45,20 @@ LIST_PAGES = 100
 LIST_PAGE_SIZE = 500
 
 
-class KubeError(Exception):
+class KubeError(errors.WorkError):
     """A Kubernetes call failed; ``status`` is the HTTP code (0 without a response)."""
 
     def __init__(self, message: str, status: int = 0, reason: str = ""):
         super().__init__(message)
-        self.message = message
         self.status = status
         self.reason = reason
 
 
-class NotFound(KubeError):
+class NotFound(KubeError, errors.Refused):
     """404: the object (VM, VMI, DataVolume) does not exist."""
 
 
-class Conflict(KubeError):
+class Conflict(KubeError, errors.Refused):
     """409: stale resourceVersion, or a subresource refusing ("VM is not running")."""
 
 
@@ -65,15 +66,15 @@ class AlreadyExists(Conflict):
     """409 with reason AlreadyExists on create."""
 
 
-class Gone(KubeError):
+class Gone(KubeError, errors.Stale):
     """410: the watch resourceVersion is too old; relist."""
 
 
-class Invalid(KubeError):
+class Invalid(KubeError, errors.Refused):
     """400/401/403/415/422: the request itself is wrong; retrying cannot help."""
 
 
-class Transient(KubeError):
+class Transient(KubeError, errors.Transient):
     """5xx, 429, timeouts, connection errors: retry with backoff."""
 
 

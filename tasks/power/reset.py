@@ -14,6 +14,7 @@ from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
 from fleetfish.store import OFF_ACTIONS, Store, key_task
 from tasks.boot.override import boot_mutator
+from workers.errors import RequestError
 from workers.kubevirt import Conflict, KubeVirt, NotFound
 
 log = logging.getLogger("fleetfish.worker")
@@ -38,7 +39,7 @@ FINAL_PHASES = ("Succeeded", "Failed")
 BLOCKING_VOLUME_REASONS = ("FailedPvcNotFound", "PVCNotReady", "VolumeFailed", "MountFailed")
 
 
-class PowerError(Exception):
+class PowerError(RequestError):
     """The action cannot be done; the message is what the Redfish task shows."""
 
 

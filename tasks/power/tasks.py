@@ -11,9 +11,10 @@ from celery import current_app, shared_task
 from fleetfish import wire
 from fleetfish.mirror import split_system_id
 from fleetfish.store import ENDED_TASK_STATES, Store, key_task
-from tasks.power.reset import PowerError, run_power, start_blocker, vmi_running
+from tasks.power.reset import run_power, start_blocker, vmi_running
 from workers import runtime
-from workers.kubevirt import Conflict, KubeError, NotFound, Transient
+from workers.errors import FAILURES, Transient, WorkError, task_failure
+from workers.kubevirt import Conflict, NotFound
 from workers.taskutil import reset_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
@@ -69,11 +70,11 @@ def power_reset(self, system_id, action, task_id, transient=0):
     except Transient as exc:
         log.warning("%s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
-        store.update_task(task_id, state="Exception", status="Critical", message=str(err))
+        store.update_task(task_id, **task_failure(err))
         raise err from None
-    except (PowerError, KubeError, ValueError) as exc:
+    except FAILURES as exc:
         log.error("%s failed: %s", action, exc)
-        store.update_task(task_id, state="Exception", status="Critical", message=str(exc))
+        store.update_task(task_id, **task_failure(exc))
         runtime.events().power_failed(system_id, task_id, str(exc), action)
         raise
     return {"action": action, "message": message}
@@ -162,7 +163,7 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
         if err is exc:  # out of retries: the cluster cannot tell, and the task must end
             _cannot_follow(system_id, task_id, exc)
         raise err from None
-    except KubeError as exc:
+    except WorkError as exc:
         log.error("following the start failed: %s", exc)
         store.end_inflight_task(system_id, task_id)
         _cannot_follow(system_id, task_id, exc)
