@@ -26,6 +26,7 @@ from app.resources.task_service import accepted
 from app.validate import Param, action_params, patch_object, raise_if, show
 from fleetfish import wire
 from fleetfish.mirror import power_state
+from fleetfish.store import RESET_TYPES
 
 log = logging.getLogger("fleetfish.api")
 bp = Blueprint("systems", __name__)
@@ -34,21 +35,6 @@ SYSTEMS = "/redfish/v1/Systems"
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "UefiHttp")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
-# KubeVirt has no NMI (no subresource delivers one), so Nmi is not offered. PowerCycle and
-# ForceRestart are a restart (a start when off), ForceOn a start, PushPowerButton toggles the
-# power state the caller sees; Pause/Resume map to the VMI pause subresources.
-RESET_TYPES = (
-    "On",
-    "ForceOn",
-    "ForceOff",
-    "GracefulShutdown",
-    "GracefulRestart",
-    "ForceRestart",
-    "PowerCycle",
-    "PushPowerButton",
-    "Pause",
-    "Resume",
-)
 # Power states in which the power button shuts the system down; in the others it powers on.
 BUTTON_TURNS_OFF = ("On", "PoweringOn", "Paused")
 SYSTEM_ALLOW = ("GET", "HEAD", "PATCH")

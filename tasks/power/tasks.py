@@ -10,7 +10,7 @@ from celery import current_app, shared_task
 
 from fleetfish import wire
 from fleetfish.mirror import split_system_id
-from fleetfish.store import ENDED_TASK_STATES, Store, key_task
+from fleetfish.store import ENDED_TASK_STATES, Store
 from tasks.power.reset import run_power, start_blocker, vmi_running
 from workers import runtime
 from workers.errors import FAILURES, Transient, WorkError, task_failure
@@ -28,7 +28,7 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
     """Mark the Reset task as followed by ``power.verify`` and send that task: before the
     start itself, so a worker dying right after the start still has it followed."""
     store = runtime.store()
-    if not task_id or not store.r.exists(key_task(task_id)):
+    if not store.task_exists(task_id):
         return  # no Redfish task to report on (expired)
     store.follow_start(task_id)
     wire.power_verify(current_app, system_id, task_id, vmi_uid_before).apply_async(
@@ -38,7 +38,7 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
 
 def end_power_task(store: Store, task_id: str, message: str) -> None:
     """Completed, unless a start is being followed: then it ends when the VM runs."""
-    if task_id and store.r.hget(key_task(task_id), "verifying") == "1":
+    if store.task_field(task_id, "verifying") == "1":
         store.update_task(task_id, state="Running", percent=50, message=f"{message}: starting")
     else:
         store.update_task(task_id, state="Completed", status="OK", message=message)

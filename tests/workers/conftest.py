@@ -7,7 +7,6 @@ calling ``Store`` and sending the canvas, as ``app/`` does.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from fleetfish.celery_config import celery_config
 from fleetfish.settings import Settings
 from fleetfish.store import Store
 from lab.ports import free_port, wait_for_port
+from lab.stack import write_kubeconfig
 from tests.polling import wait_for  # noqa: F401 - re-exported for the tests here
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,15 +128,7 @@ class Lab:
         )  # fmt: skip
         wait_for(lambda: "kubesim ready" in self.procs.log("kubesim"), 30, "kubesim ready")
         self.kube_url = f"http://127.0.0.1:{port}"
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "kubesim", "cluster": {"server": self.kube_url}}],
-            "users": [{"name": "lab", "user": {}}],
-            "contexts": [{"name": "lab", "context": {"cluster": "kubesim", "user": "lab"}}],
-            "current-context": "lab",
-        }
-        (self.tmp / "kubeconfig").write_text(json.dumps(kubeconfig))
+        write_kubeconfig(self.tmp / "kubeconfig", self.kube_url)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
