@@ -245,14 +245,6 @@ class KubeVirt:
         """PUT vmi/unpause. Raises Conflict (not paused), NotFound."""
         self._subresource(VMI_PLURAL, ns, name, "unpause", {})
 
-    def softreboot_vmi(self, ns: str, name: str) -> None:
-        """PUT vmi/softreboot (same VMI). Raises Conflict (not running, paused), NotFound."""
-        self._subresource(VMI_PLURAL, ns, name, "softreboot", None)
-
-    def reset_vmi(self, ns: str, name: str) -> None:
-        """PUT vmi/reset (KubeVirt >= 1.5, same VMI). Raises Invalid (400, not Running)."""
-        self._subresource(VMI_PLURAL, ns, name, "reset", None)
-
     def _subresource(self, plural: str, ns: str, name: str, verb: str, body: dict | None) -> None:
         path = f"{SUBRESOURCES}/namespaces/{ns}/{plural}/{name}/{verb}"
         headers = {"Accept": "application/json", "Content-Type": "application/json"}

@@ -139,3 +139,39 @@ def test_the_wire_module_sends_only_declared_names():
         and isinstance(node.args[0], ast.Constant)
     }
     assert sent and sent <= WIRE_NAMES
+
+
+def _layout_rows() -> dict[str, str]:
+    """{directory: its cell} from the Layout table of docs/architecture.md."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 2 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            rows[cells[0].strip("`")] = cells[1]
+    return rows
+
+
+def test_the_layout_table_lists_every_product_module_and_no_other():
+    rows = _layout_rows()
+    for directory in {str(p.relative_to(REPO).parent) + "/" for p in product_modules().values()}:
+        files = {p.name for p in (REPO / directory).glob("*.py") if p.name != "__init__.py"}
+        if not files:
+            continue  # a package of packages (tasks/)
+        assert directory in rows, f"docs/architecture.md has no Layout row for {directory}"
+        cell = rows[directory].split("`")
+        listed = {n for n in cell if n.endswith(".py") and "/" not in n} - {"__init__.py"}
+        assert listed == files, f"{directory}: listed {sorted(listed)}, on disk {sorted(files)}"
+
+
+def test_paths_named_in_the_architecture_doc_exist():
+    text = (REPO / "docs" / "architecture.md").read_text()
+    named = {
+        word
+        for word in text.split("`")
+        if "/" in word and " " not in word and word.split("/")[0] in (*PACKAGES, "tests", "lab")
+    }
+    assert named, "no paths found in docs/architecture.md"
+    missing = sorted(p for p in named if not (REPO / p).exists())
+    assert missing == []
