@@ -115,6 +115,16 @@ def _errors(what: str) -> Iterator[None]:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+def _found(what: str, call: Callable[[], Any]) -> bool:
+    """Make the call; False when the object is not there (404)."""
+    try:
+        with _errors(what):
+            call()
+        return True
+    except NotFound:
+        return False
+
+
 def load_api_client(settings: Settings, pool_size: int = 32) -> client.ApiClient:
     """ApiClient from ``settings.kubeconfig``, else in-cluster, else ``~/.kube/config``."""
     configuration = client.Configuration()
@@ -381,27 +391,23 @@ class KubeVirt:
 
     def delete_secret(self, ns: str, name: str) -> bool:
         """DELETE a Secret; False when it did not exist. Raises Transient."""
-        try:
-            with _errors(f"delete Secret {ns}/{name}"):
-                client.CoreV1Api(self.api).delete_namespaced_secret(
-                    name, ns, _request_timeout=REQUEST_TIMEOUT
-                )
-            return True
-        except NotFound:
-            return False
+        return _found(
+            f"delete Secret {ns}/{name}",
+            lambda: client.CoreV1Api(self.api).delete_namespaced_secret(
+                name, ns, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
 
     # -- ConfigMaps (the CA bundle CDI's importer trusts) ------------------------------------
 
     def configmap_exists(self, ns: str, name: str) -> bool:
         """GET a ConfigMap; False when it does not exist. Raises Transient."""
-        try:
-            with _errors(f"get ConfigMap {ns}/{name}"):
-                client.CoreV1Api(self.api).read_namespaced_config_map(
-                    name, ns, _request_timeout=REQUEST_TIMEOUT
-                )
-            return True
-        except NotFound:
-            return False
+        return _found(
+            f"get ConfigMap {ns}/{name}",
+            lambda: client.CoreV1Api(self.api).read_namespaced_config_map(
+                name, ns, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
 
     # -- lists and watches -------------------------------------------------------------------
 

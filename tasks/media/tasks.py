@@ -28,8 +28,7 @@ from tasks.media.volumes import (
     storage_size,
     vmi_volume_ready,
 )
-from tasks.power.reset import run_power
-from tasks.power.tasks import end_power_task, watch_start
+from tasks.power.tasks import fail_reset, run_reset
 from workers import runtime
 from workers.errors import FAILURES, Refused, Transient, WorkError, task_failure
 from workers.kubevirt import NotFound
@@ -261,16 +260,7 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
         return {"released": None}
     runtime.events().released(system_id, action, power_task)
     try:
-        message = run_power(
-            runtime.kube(),
-            store,
-            runtime.settings(),
-            system_id,
-            action,
-            power_task,
-            lambda before: watch_start(system_id, power_task, before),
-        )
-        end_power_task(store, power_task, message)
+        run_reset(system_id, action, power_task)
     except Transient as exc:
         log.warning("deferred %s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
@@ -278,9 +268,7 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
         store.finish_inflight(system_id, body_id)
         raise err from None
     except FAILURES as exc:
-        log.error("deferred %s failed: %s", action, exc)
-        store.update_task(power_task, **task_failure(exc))
-        runtime.events().power_failed(system_id, power_task, str(exc), action)
+        fail_reset(system_id, action, power_task, exc)
     store.finish_inflight(system_id, body_id)
     return {"released": action, "task": power_task}
 

@@ -36,6 +36,30 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
     )
 
 
+def run_reset(system_id: str, action: str, task_id: str) -> str:
+    """Do one Reset action (``power.reset``, or a deferred one the media chord released) and
+    end its task, or leave it to ``power.verify`` when a start is followed; the message."""
+    store = runtime.store()
+    message = run_power(
+        runtime.kube(),
+        store,
+        runtime.settings(),
+        system_id,
+        action,
+        task_id,
+        lambda before: watch_start(system_id, task_id, before),
+    )
+    end_power_task(store, task_id, message)
+    return message
+
+
+def fail_reset(system_id: str, action: str, task_id: str, exc: BaseException) -> None:
+    """A Reset that cannot be done: its task ends (``task_failure``) and the event log says why."""
+    log.error("Reset %s of %s failed: %s", action, system_id, exc)
+    runtime.store().update_task(task_id, **task_failure(exc))
+    runtime.events().power_failed(system_id, task_id, str(exc), action)
+
+
 def end_power_task(store: Store, task_id: str, message: str) -> None:
     """Completed, unless a start is being followed: then it ends when the VM runs."""
     if store.task_field(task_id, "verifying") == "1":
@@ -57,25 +81,14 @@ def power_reset(self, system_id, action, task_id, transient=0):
                 # took it.
                 log.info("Reset %s task %s already %s: nothing to do", action, task_id, state)
                 return {"action": action, "skipped": state}
-            message = run_power(
-                runtime.kube(),
-                store,
-                runtime.settings(),
-                system_id,
-                action,
-                task_id,
-                lambda before: watch_start(system_id, task_id, before),
-            )
-            end_power_task(store, task_id, message)
+            message = run_reset(system_id, action, task_id)
     except Transient as exc:
         log.warning("%s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
         store.update_task(task_id, **task_failure(err))
         raise err from None
     except FAILURES as exc:
-        log.error("%s failed: %s", action, exc)
-        store.update_task(task_id, **task_failure(exc))
-        runtime.events().power_failed(system_id, task_id, str(exc), action)
+        fail_reset(system_id, action, task_id, exc)
         raise
     return {"action": action, "message": message}
 
