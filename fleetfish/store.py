@@ -29,8 +29,9 @@ Keys other modules own, listed here so the whole layout is in one place:
 ``ff:lease:watcher``        STRING, holder of the watcher lease (workers/watcher.py)
 ``ff:lock:media:{id}:{dev}`` STRING, short per-device lock of the media tasks (workers/taskutil.py)
 ``ff:lock:reset:{tid}``     STRING, one delivery at a time of a Reset task (workers/taskutil.py)
-``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (workers/taskutil.py)
+``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (tasks/media/tasks.py)
 ``ff:run:{celery id}:*``    STRING, marks a finished run so a duplicate delivery is dropped
+                            (workers/taskutil.py)
 ``ff:sess:*``, ``ff:sessid:*``, ``ff:sessions``  Redfish sessions, tokens stored hashed (app/sessions.py)
 ``ff:authfail:*``, ``ff:authlock:*``             failed-login counting and lock-out (app/sessions.py)
 ``ff:account:*``, ``ff:accounts``, ``ff:accountpolicy``  AccountService accounts and policy

@@ -291,3 +291,11 @@ def test_secure_boot_needs_smm(k8s):
     assert ok["spec"]["template"]["spec"]["domain"]["firmware"]["bootloader"]["efi"] == {
         "secureBoot": True
     }
+
+
+def test_a_label_selector_kubernetes_refuses_is_a_bad_request(k8s):
+    for selector in ("role=a/b", "role in ()", "role=master,"):
+        with pytest.raises(ApiException) as exc:
+            k8s.custom.list_namespaced_custom_object(G, V, NS, P, label_selector=selector)
+        assert exc.value.status == 400, selector
+        assert _error(exc)["reason"] == "BadRequest"
