@@ -333,10 +333,6 @@ def password_change_allowed(user: User) -> bool:
     return own is not None and (request.view_args or {}).get(arg) == own
 
 
-def current_user() -> User:
-    return g.user
-
-
 def install(app: Flask) -> None:
     @app.before_request
     def _authenticate():

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 from celery import Celery
 from flask import current_app, g
 
 from app.errors import RedfishError
 from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
-from fleetfish.store import Store, key_boot, key_media, key_power, key_system
+from fleetfish.store import Store
 
 
 def store() -> Store:
@@ -38,10 +36,6 @@ def visible_system(system_id: str) -> dict:
     return visible_system_with(system_id)[0]
 
 
-# Hashes that can be read together with a system's mirror document, in one round trip.
-_EXTRA_KEYS = {"power": key_power, "boot": key_boot, "media": key_media}
-
-
 def visible_system_with(system_id: str, *extra: str) -> tuple[dict, ...]:
     """The visible system's document plus the named hashes ("power", "boot", "media" for Cd).
 
@@ -51,12 +45,7 @@ def visible_system_with(system_id: str, *extra: str) -> tuple[dict, ...]:
     user = g.user
     if user is not None and not user.scope.allows_id(system_id):
         raise not_found("ComputerSystem", system_id)
-    pipe = store().r.pipeline(transaction=False)
-    pipe.get(key_system(system_id))
-    for name in extra:
-        pipe.hgetall(_EXTRA_KEYS[name](system_id))
-    raw, *hashes = pipe.execute()
-    doc = json.loads(raw) if raw else None
+    [(doc, *hashes)] = store().systems_with([system_id], *extra)
     if doc is None or (user is not None and not user.scope.allows(doc)):
         raise not_found("ComputerSystem", system_id)
     return (doc, *hashes)
@@ -75,17 +64,8 @@ def visible_systems_with(system_ids: list[str], *extra: str) -> dict[str, tuple[
     gone or outside the user's scope are left out."""
     user = g.user
     ids = [i for i in system_ids if user is None or user.scope.allows_id(i)]
-    pipe = store().r.pipeline(transaction=False)
-    for system_id in ids:
-        pipe.get(key_system(system_id))
-        for name in extra:
-            pipe.hgetall(_EXTRA_KEYS[name](system_id))
-    replies = pipe.execute() if ids else []
     found: dict[str, tuple[dict, ...]] = {}
-    step = 1 + len(extra)
-    for index, system_id in enumerate(ids):
-        raw, *hashes = replies[index * step : (index + 1) * step]
-        doc = json.loads(raw) if raw else None
+    for system_id, (doc, *hashes) in zip(ids, store().systems_with(ids, *extra), strict=True):
         if doc is not None and (user is None or user.scope.allows(doc)):
             found[system_id] = (doc, *hashes)
     return found

@@ -229,11 +229,3 @@ class Lockout:
     def unlock(self, user: str) -> None:
         """An Administrator's reset: the lock and the failure count of a user name go."""
         self.r.delete(key_user_lock(user), f"{PREFIX}authfail:{user}")
-
-    def locked_many(self, users: list[str]) -> list[bool]:
-        if not users:
-            return []
-        pipe = self.r.pipeline()
-        for user in users:
-            pipe.exists(f"{PREFIX}authlock:{user}")
-        return [bool(x) for x in pipe.execute()]

@@ -31,8 +31,9 @@ Keys other modules own, listed here so the whole layout is in one place:
 ``ff:lease:watcher``        STRING, holder of the watcher lease (workers/watcher.py)
 ``ff:lock:media:{id}:{dev}`` STRING, short per-device lock of the media tasks (workers/taskutil.py)
 ``ff:lock:reset:{tid}``     STRING, one delivery at a time of a Reset task (workers/taskutil.py)
-``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (workers/taskutil.py)
+``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (tasks/media/tasks.py)
 ``ff:run:{celery id}:*``    STRING, marks a finished run so a duplicate delivery is dropped
+                            (workers/taskutil.py)
 ``ff:sess:*``, ``ff:sessid:*``, ``ff:sessions``  Redfish sessions, tokens stored hashed (app/sessions.py)
 ``ff:authfail:*``, ``ff:authlock:*``             failed-login counting and lock-out (app/sessions.py)
 ``ff:account:*``, ``ff:accounts``, ``ff:accountpolicy``  AccountService accounts and policy
@@ -62,8 +63,26 @@ import redis
 PREFIX = "ff:"
 DEVICES = ("Cd",)
 PENDING_STATES = ("Starting", "Updating")
+# The ResetTypes ComputerSystem.Reset offers. KubeVirt has no NMI (no subresource delivers one),
+# so Nmi is not offered. PowerCycle and ForceRestart are a restart (a start when off), ForceOn a
+# start; Pause/Resume map to the VMI pause subresources. PushPowerButton is resolved by the API
+# into On or GracefulShutdown (what the button does in the power state the caller sees) before
+# anything is stored or sent: the workers get the other types only.
+RESET_TYPES = (
+    "On",
+    "ForceOn",
+    "ForceOff",
+    "GracefulShutdown",
+    "GracefulRestart",
+    "ForceRestart",
+    "PowerCycle",
+    "PushPowerButton",
+    "Pause",
+    "Resume",
+)
+POWER_ACTIONS = tuple(t for t in RESET_TYPES if t != "PushPowerButton")
 ON_ACTIONS = ("On", "ForceOn", "ForceRestart", "GracefulRestart", "PowerCycle")
-OFF_ACTIONS = ("ForceOff", "GracefulShutdown", "PushPowerButton")
+OFF_ACTIONS = ("ForceOff", "GracefulShutdown")
 
 MEDIA_FIELDS = (
     "image",  # URL as requested ("" when nothing is inserted)
@@ -140,13 +159,17 @@ def key_log_meta(system_id: str) -> str:
     return f"{PREFIX}logmeta:{system_id}"
 
 
+# Hashes read together with a system's mirror document (``Store.systems_with``).
+SYSTEM_HASHES = {"power": key_power, "boot": key_boot, "media": key_media}
 KEY_SYSTEMS = f"{PREFIX}systems"
 KEY_MIRROR = f"{PREFIX}mirror"
 KEY_TASKS = f"{PREFIX}tasks"
 KEY_RESETS = f"{PREFIX}resets"
 KEY_STARTS = f"{PREFIX}starts"
 
+# Redfish TaskStates: a task monitor answers 202 while its task is in a running one.
 ENDED_TASK_STATES = ("Completed", "Exception", "Cancelled", "Killed")
+RUNNING_TASK_STATES = ("New", "Pending", "Running", "Starting", "Stopping", "Suspended", "Service")
 
 # Shared by the scripts that create a task: KEYS[1], KEYS[2] are the new task's hash and
 # ``ff:tasks``; ARGV[1..5] its id, name, system, now and TTL. Other tasks' keys are built here
@@ -156,8 +179,8 @@ ENDED_TASK_STATES = ("Completed", "Exception", "Cancelled", "Killed")
 _LUA_TASKS = (
     f"local TASK_PREFIX = '{PREFIX}task:'\n"
     f"local POWER_PREFIX = '{PREFIX}power:'\n"
+    f"local ENDED = {{{', '.join(f'{s} = true' for s in ENDED_TASK_STATES)}}}\n"
     """
-local ENDED = {Completed = true, Exception = true, Cancelled = true, Killed = true}
 local function new_task(state, message)
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'name', ARGV[2], 'system', ARGV[3],
     'state', state, 'status', 'OK', 'percent', '0', 'message', message, 'message_id', '',
@@ -463,6 +486,9 @@ class Store:
         kwargs.setdefault("health_check_interval", 30)
         return cls(redis.Redis.from_url(url, decode_responses=True, **kwargs), task_ttl)
 
+    def close(self) -> None:
+        self.r.close()
+
     # -- mirror (written by the watcher only) ------------------------------------------------
 
     def system_ids(self) -> list[str]:
@@ -477,6 +503,30 @@ class Store:
         if not ids:
             return []
         return [json.loads(raw) for raw in self.r.mget([key_system(i) for i in ids]) if raw]
+
+    def systems_with(self, system_ids: list[str], *extra: str) -> list[tuple]:
+        """Per system: its mirror document (None when gone) followed by the named hashes
+        (``SYSTEM_HASHES``: "power", "boot", "media" of Cd), all in one pipelined round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for system_id in system_ids:
+            pipe.get(key_system(system_id))
+            for name in extra:
+                pipe.hgetall(SYSTEM_HASHES[name](system_id))
+        replies = pipe.execute() if system_ids else []
+        step = 1 + len(extra)
+        found = []
+        for index in range(len(system_ids)):
+            raw, *hashes = replies[index * step : (index + 1) * step]
+            found.append((json.loads(raw) if raw else None, *(_decode(h) for h in hashes)))
+        return found
+
+    def mirror_synced(self) -> tuple[str, int]:
+        """When the watcher last listed the cluster ('' never) and how many systems it found."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hget(KEY_MIRROR, "synced_at")
+        pipe.scard(KEY_SYSTEMS)
+        synced, count = pipe.execute()
+        return _s(synced), int(count)
 
     def put_system(self, doc: dict) -> None:
         pipe = self.r.pipeline()
@@ -833,6 +883,30 @@ class Store:
     def get_task(self, task_id: str) -> dict[str, str] | None:
         data = _decode(self.r.hgetall(key_task(task_id)))
         return data or None
+
+    def task_exists(self, task_id: str) -> bool:
+        return bool(task_id) and bool(self.r.exists(key_task(task_id)))
+
+    def task_field(self, task_id: str, field: str) -> str:
+        return _s(self.r.hget(key_task(task_id), field)) if task_id else ""
+
+    def remember_task_field(self, task_id: str, field: str, value: str) -> str:
+        """First writer wins: the value the first delivery of a task recorded in ``field``
+        (``value`` itself when there is no task to record into, e.g. it expired)."""
+        if not self.task_exists(task_id):
+            return value
+        pipe = self.r.pipeline()
+        pipe.hsetnx(key_task(task_id), field, value)
+        pipe.hget(key_task(task_id), field)
+        _, recorded = pipe.execute()
+        return _s(recorded) if recorded is not None else value
+
+    def task_systems(self, task_ids: list[str]) -> list[str | None]:
+        """The system of each task (None for a task that expired), in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for task_id in task_ids:
+            pipe.hget(key_task(task_id), "system")
+        return [None if s is None else _s(s) for s in pipe.execute()] if task_ids else []
 
     def task_ids(self, limit: int = 1000) -> list[str]:
         return [_s(x) for x in self.r.zrevrange(KEY_TASKS, 0, limit - 1)]

@@ -51,6 +51,23 @@ def _env_int(name: str, default: int) -> int:
     return _env_number(name, default, int)
 
 
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig naming one plain-HTTP cluster without credentials (the simulator)."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "kubesim", "cluster": {"server": server}}],
+                "users": [{"name": "lab", "user": {}}],
+                "contexts": [{"name": "lab", "context": {"cluster": "kubesim", "user": "lab"}}],
+                "current-context": "lab",
+            }
+        )
+    )
+    return path
+
+
 @dataclass
 class LabConfig:
     """What to start; ``from_env`` reads the documented LAB_* variables."""
@@ -272,19 +289,7 @@ class LabStack:
 
     def _write_kubeconfig(self) -> Path:
         path = self.config.var_dir / "kubeconfig"
-        path.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "kubesim", "cluster": {"server": self.kube_url}}],
-                    "users": [{"name": "lab", "user": {}}],
-                    "contexts": [{"name": "lab", "context": {"cluster": "kubesim", "user": "lab"}}],
-                    "current-context": "lab",
-                }
-            )
-        )
-        return path
+        return write_kubeconfig(path, self.kube_url)
 
     def _publish_iso_ca(self) -> None:
         """The ConfigMap an operator creates for an HTTPS image server with a private CA."""
@@ -491,19 +496,18 @@ class LabStack:
 
     def _await_mirror(self, deadline: float) -> None:
         """The watcher has listed the cluster once (and, in the lab, seen every VM)."""
-        import redis
+        from fleetfish.store import Store
 
-        client = redis.Redis.from_url(self.redis_url, decode_responses=True)
+        store = Store.from_url(self.redis_url)
         try:
             while time.monotonic() < deadline:
                 self._check_alive()
-                synced = client.hget("ff:mirror", "synced_at")
-                count = client.scard("ff:systems")
+                synced, count = store.mirror_synced()
                 if synced and (not self.simulated or count >= self.config.vms):
                     return
                 time.sleep(0.2)
         finally:
-            client.close()
+            store.close()
         raise TimeoutError("the watcher did not mirror the cluster")
 
     def _await_workers(self, count: int, deadline: float) -> None:

@@ -1,1 +1,1 @@
-"""Celery task bodies (media, power, boot) and the canvas the API sends by name."""
+"""The work: one package per feature (media, power, boot), each holding its Celery tasks beside their logic."""

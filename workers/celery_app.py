@@ -17,7 +17,7 @@ from fleetfish.settings import Settings
 from workers import runtime
 from workers.memory import CycleCollector, freeze_startup_objects
 
-app = Celery("fleetfish", include=["tasks.media", "tasks.power", "tasks.boot"])
+app = Celery("fleetfish", include=["tasks.media.tasks", "tasks.power.tasks", "tasks.boot.tasks"])
 app.config_from_object(celery_config(Settings.from_env()))
 # Survives a Redis restart; see workers/consumer.py.
 app.conf.worker_consumer = "workers.consumer:Consumer"

@@ -1,7 +1,8 @@
 """The only module that talks to Kubernetes: KubeVirt VMs/VMIs, CDI DataVolumes, subresources.
 
 Every call has a timeout and raises one of the domain errors below instead of ``ApiException``,
-so tasks can retry ``Transient`` with backoff and fail clearly on the others. Pinned to the
+each one of the kinds in ``workers/errors.py``, so tasks can retry ``Transient`` with backoff
+and fail clearly on the others. Pinned to the
 ``kubernetes`` 37 client (OpenAPI generator v7: ``param_serialize`` + ``call_api``); one
 ``ApiClient`` per process is shared by all worker threads (its urllib3 PoolManager is
 thread-safe and synchronous calls keep no per-request state on the client).
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from fleetfish.settings import Settings
+from workers import errors
 
 log = logging.getLogger("fleetfish.kubevirt")
 
@@ -43,21 +45,20 @@ LIST_PAGES = 100
 LIST_PAGE_SIZE = 500
 
 
-class KubeError(Exception):
+class KubeError(errors.WorkError):
     """A Kubernetes call failed; ``status`` is the HTTP code (0 without a response)."""
 
     def __init__(self, message: str, status: int = 0, reason: str = ""):
         super().__init__(message)
-        self.message = message
         self.status = status
         self.reason = reason
 
 
-class NotFound(KubeError):
+class NotFound(KubeError, errors.Refused):
     """404: the object (VM, VMI, DataVolume) does not exist."""
 
 
-class Conflict(KubeError):
+class Conflict(KubeError, errors.Refused):
     """409: stale resourceVersion, or a subresource refusing ("VM is not running")."""
 
 
@@ -65,15 +66,15 @@ class AlreadyExists(Conflict):
     """409 with reason AlreadyExists on create."""
 
 
-class Gone(KubeError):
+class Gone(KubeError, errors.Stale):
     """410: the watch resourceVersion is too old; relist."""
 
 
-class Invalid(KubeError):
+class Invalid(KubeError, errors.Refused):
     """400/401/403/415/422: the request itself is wrong; retrying cannot help."""
 
 
-class Transient(KubeError):
+class Transient(KubeError, errors.Transient):
     """5xx, 429, timeouts, connection errors: retry with backoff."""
 
 
@@ -112,6 +113,16 @@ def _errors(what: str) -> Iterator[None]:
         raise map_api_exception(exc, what) from exc
     except (urllib3.exceptions.HTTPError, OSError, TimeoutError) as exc:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}") from exc
+
+
+def _found(what: str, call: Callable[[], Any]) -> bool:
+    """Make the call; False when the object is not there (404)."""
+    try:
+        with _errors(what):
+            call()
+        return True
+    except NotFound:
+        return False
 
 
 def load_api_client(settings: Settings, pool_size: int = 32) -> client.ApiClient:
@@ -243,14 +254,6 @@ class KubeVirt:
     def unpause_vmi(self, ns: str, name: str) -> None:
         """PUT vmi/unpause. Raises Conflict (not paused), NotFound."""
         self._subresource(VMI_PLURAL, ns, name, "unpause", {})
-
-    def softreboot_vmi(self, ns: str, name: str) -> None:
-        """PUT vmi/softreboot (same VMI). Raises Conflict (not running, paused), NotFound."""
-        self._subresource(VMI_PLURAL, ns, name, "softreboot", None)
-
-    def reset_vmi(self, ns: str, name: str) -> None:
-        """PUT vmi/reset (KubeVirt >= 1.5, same VMI). Raises Invalid (400, not Running)."""
-        self._subresource(VMI_PLURAL, ns, name, "reset", None)
 
     def _subresource(self, plural: str, ns: str, name: str, verb: str, body: dict | None) -> None:
         path = f"{SUBRESOURCES}/namespaces/{ns}/{plural}/{name}/{verb}"
@@ -388,27 +391,23 @@ class KubeVirt:
 
     def delete_secret(self, ns: str, name: str) -> bool:
         """DELETE a Secret; False when it did not exist. Raises Transient."""
-        try:
-            with _errors(f"delete Secret {ns}/{name}"):
-                client.CoreV1Api(self.api).delete_namespaced_secret(
-                    name, ns, _request_timeout=REQUEST_TIMEOUT
-                )
-            return True
-        except NotFound:
-            return False
+        return _found(
+            f"delete Secret {ns}/{name}",
+            lambda: client.CoreV1Api(self.api).delete_namespaced_secret(
+                name, ns, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
 
     # -- ConfigMaps (the CA bundle CDI's importer trusts) ------------------------------------
 
     def configmap_exists(self, ns: str, name: str) -> bool:
         """GET a ConfigMap; False when it does not exist. Raises Transient."""
-        try:
-            with _errors(f"get ConfigMap {ns}/{name}"):
-                client.CoreV1Api(self.api).read_namespaced_config_map(
-                    name, ns, _request_timeout=REQUEST_TIMEOUT
-                )
-            return True
-        except NotFound:
-            return False
+        return _found(
+            f"get ConfigMap {ns}/{name}",
+            lambda: client.CoreV1Api(self.api).read_namespaced_config_map(
+                name, ns, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
 
     def apply_configmap(self, ns: str, name: str, data: dict, labels: dict) -> None:
         """POST a ConfigMap, or PUT it when it exists. Raises Invalid, Transient."""

@@ -66,24 +66,34 @@ def stale_media(store: Store, now: float, stale_after: float) -> list[tuple[str,
     return found
 
 
-def resend_stalled(store: Store, send: SendChord, stale_after: float) -> list[str]:
-    """Send the chord again for each stalled media; the system ids it was sent for."""
+def _touch_and_send(
+    store: Store,
+    found: list[tuple[str, str, dict]],
+    what: str,
+    send: Callable[[str, str, dict], None],
+) -> list[str]:
+    """Touch each found media's generation, then send its work again; the system ids sent for.
+
+    Touched first: a failure to send is retried after another stale period, not at once."""
     sent = []
-    for system_id, device, media in stale_media(store, time.time(), stale_after):
+    for system_id, device, media in found:
         gen = int(media["gen"])
-        # Touch first: a failure to send is retried after another stale period, not at once.
         if not store.update_media(system_id, device, gen):
             continue  # superseded meanwhile
-        log.warning(
-            "media of %s %s gen %s stalled for %.0f s: sending its work again",
-            system_id,
-            device,
-            gen,
-            stale_after,
-        )
-        send(system_id, device, gen, media.get("image", ""), media.get("task", ""))
+        log.warning("%s of %s %s gen %s stalled: sending it again", what, system_id, device, gen)
+        send(system_id, device, media)
         sent.append(system_id)
     return sent
+
+
+def resend_stalled(store: Store, send: SendChord, stale_after: float) -> list[str]:
+    """Send the chord again for each stalled media; the system ids it was sent for."""
+    return _touch_and_send(
+        store,
+        stale_media(store, time.time(), stale_after),
+        "media work",
+        lambda sid, dev, m: send(sid, dev, int(m["gen"]), m.get("image", ""), m.get("task", "")),
+    )
 
 
 def stalled_ejects(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
@@ -106,22 +116,12 @@ def stalled_ejects(store: Store, now: float, stale_after: float) -> list[tuple[s
 
 def resend_stalled_ejects(store: Store, send: SendEject, stale_after: float) -> list[str]:
     """Send ``media.eject`` again for each stalled eject; the system ids it was sent for."""
-    sent = []
-    for system_id, device, media in stalled_ejects(store, time.time(), stale_after):
-        gen = int(media["gen"])
-        # Touch first: a failure to send is retried after another stale period, not at once.
-        if not store.update_media(system_id, device, gen):
-            continue  # superseded meanwhile
-        log.warning(
-            "eject of %s %s gen %s not done after %.0f s: sending it again",
-            system_id,
-            device,
-            gen,
-            stale_after,
-        )
-        send(system_id, device, gen, media["task"])
-        sent.append(system_id)
-    return sent
+    return _touch_and_send(
+        store,
+        stalled_ejects(store, time.time(), stale_after),
+        "eject",
+        lambda sid, dev, m: send(sid, dev, int(m["gen"]), m["task"]),
+    )
 
 
 def resend_lost_resets(store: Store, send: SendReset, stale_after: float) -> list[str]:
@@ -184,7 +184,7 @@ def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject, SendStart
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from tasks.canvas import eject_media, insert_media_chord, power_reset, power_verify
+    from fleetfish.wire import eject_media, insert_media_chord, power_reset, power_verify
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))

@@ -57,5 +57,5 @@ def close() -> None:
         if _kube is not None:
             _kube.close()
         if _store is not None:
-            _store.r.close()
+            _store.close()
         _store = _kube = None

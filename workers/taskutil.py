@@ -13,11 +13,11 @@ from celery import Task
 from celery.exceptions import Ignore, Retry
 
 from workers import runtime
-from workers.kubevirt import Transient
+from workers.errors import Transient
 
 log = logging.getLogger("fleetfish.worker")
 
-# Transient Kubernetes errors are retried this many times (2, 4, 8, ... s, capped) per step.
+# Transient errors are retried this many times (2, 4, 8, ... s, capped) per step.
 MAX_TRANSIENT = 6
 BACKOFF_CAP = 30.0
 # The locked sections are a few API calls; a killed holder blocks others for LOCK_TTL at most.
@@ -44,7 +44,7 @@ def retry_transient(task: Task, exc: Exception, kwargs: dict[str, Any]) -> Excep
 
 
 class Busy(Transient):
-    """A short per-device lock was held too long by another task."""
+    """A short Redis lock was held too long by another task (not a Kubernetes error)."""
 
 
 @contextmanager

@@ -22,10 +22,10 @@ from app.auth import (
 from app.context import not_found
 from app.errors import RedfishError, message
 from app.protocol import collection, finalize, if_match_ok, json_body, no_content, resource
-from app.scope import parse_selector
 from app.sessions import LOCKOUT_SECONDS, LOCKOUT_THRESHOLD, LOCKOUT_WINDOW, key_user_lock
 from app.validate import Param, patch_object, pointer, raise_if, show
 from fleetfish.accounts import AccountStore, ConcurrentChange
+from fleetfish.selectors import parse_selector
 
 log = logging.getLogger("fleetfish.api")
 # One INFO line per account or policy change: who, what, which properties (never a password).

@@ -16,7 +16,7 @@ from app.context import celery, store, visible_system_with
 from app.errors import RedfishError
 from app.protocol import finalize, if_match_ok, json_body, resource
 from app.validate import Param, patch_object, raise_if
-from tasks import canvas
+from fleetfish import wire
 
 log = logging.getLogger("fleetfish.api")
 bp = Blueprint("secure_boot", __name__)
@@ -99,6 +99,6 @@ def patch_secure_boot(system_id: str):
     if gen is None:
         raise RedfishError(412, "PreconditionFailed")
     log.info("secure boot %s gen=%s system=%s", "on" if enable else "off", gen, system_id)
-    dispatch.send(canvas.boot_apply(celery(), system_id, gen), system_id)
+    dispatch.send(wire.boot_apply(celery(), system_id, gen), system_id)
     doc, boot = visible_system_with(system_id, "boot")
     return resource(render_secure_boot(doc, boot), allow=ALLOW)

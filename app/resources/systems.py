@@ -24,8 +24,9 @@ from app.resources.secure_boot import secure_boot_wanted
 from app.resources.system_parts import processor_summary
 from app.resources.task_service import accepted
 from app.validate import Param, action_params, patch_object, raise_if, show
+from fleetfish import wire
 from fleetfish.mirror import power_state
-from tasks import canvas
+from fleetfish.store import RESET_TYPES
 
 log = logging.getLogger("fleetfish.api")
 bp = Blueprint("systems", __name__)
@@ -34,21 +35,6 @@ SYSTEMS = "/redfish/v1/Systems"
 BOOT_TARGETS = ("None", "Pxe", "Hdd", "Cd", "UefiHttp")
 BOOT_ENABLED = ("Disabled", "Once", "Continuous")
 BOOT_MODES = ("UEFI", "Legacy")
-# KubeVirt has no NMI (no subresource delivers one), so Nmi is not offered. PowerCycle and
-# ForceRestart are a restart (a start when off), ForceOn a start, PushPowerButton toggles the
-# power state the caller sees; Pause/Resume map to the VMI pause subresources.
-RESET_TYPES = (
-    "On",
-    "ForceOn",
-    "ForceOff",
-    "GracefulShutdown",
-    "GracefulRestart",
-    "ForceRestart",
-    "PowerCycle",
-    "PushPowerButton",
-    "Pause",
-    "Resume",
-)
 # Power states in which the power button shuts the system down; in the others it powers on.
 BUTTON_TURNS_OFF = ("On", "PoweringOn", "Paused")
 SYSTEM_ALLOW = ("GET", "HEAD", "PATCH")
@@ -227,7 +213,7 @@ def patch_system(system_id: str):
         if http_uri:
             # Begun before the answer: a Reset sent after this PATCH finds the medium pending.
             http_boot.start(system_id, http_uri)
-        dispatch.send(canvas.boot_apply(celery(), system_id, boot_gen), system_id)
+        dispatch.send(wire.boot_apply(celery(), system_id, boot_gen), system_id)
     return resource(_current(system_id), allow=SYSTEM_ALLOW)
 
 
@@ -266,7 +252,7 @@ def reset(system_id: str):
         )
         return accepted(task_id)
     events().reset(system_id, action, task_id)
-    signature = canvas.power_reset(celery(), system_id, action, task_id, verdict["celery_id"])
+    signature = wire.power_reset(celery(), system_id, action, task_id, verdict["celery_id"])
     try:
         dispatch.send(signature, system_id)
     except Exception:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 from flask import Blueprint, Response, g
 
 from app.context import not_found, store
 from app.protocol import collection, resource
-from fleetfish.store import key_system, key_task
+from fleetfish.store import RUNNING_TASK_STATES
 
 bp = Blueprint("task_service", __name__)
 
-RUNNING_STATES = ("New", "Pending", "Running", "Starting", "Stopping", "Suspended", "Service")
 TASKS = "/redfish/v1/TaskService/Tasks"
 MONITORS = "/redfish/v1/TaskService/TaskMonitors"
 RETRY_AFTER = "1"
@@ -106,23 +104,14 @@ def task_service():
 @bp.get("/redfish/v1/TaskService/Tasks")
 def tasks():
     ids = store().task_ids()
-    r = store().r
     user = g.user
-    pipe = r.pipeline()
-    for task_id in ids:
-        pipe.hget(key_task(task_id), "system")
-    systems = pipe.execute() if ids else []
+    systems = store().task_systems(ids)
     visible = []
     if user is None or user.scope.unrestricted:
         visible = [t for t, s in zip(ids, systems, strict=True) if s is not None]
     else:
         wanted = sorted({s for s in systems if s and user.scope.allows_id(s)})
-        docs = (
-            dict(zip(wanted, r.mget([key_system(s) for s in wanted]), strict=True))
-            if wanted
-            else {}
-        )
-        allowed = {s for s, raw in docs.items() if raw and user.scope.allows(json.loads(raw))}
+        allowed = {d["id"] for d in store().get_systems(wanted) if user.scope.allows(d)}
         visible = [t for t, s in zip(ids, systems, strict=True) if s in allowed]
     body = collection(
         TASKS, "#TaskCollection.TaskCollection", "Tasks", [f"{TASKS}/{t}" for t in visible]
@@ -139,7 +128,7 @@ def task(task_id: str):
 def task_monitor(task_id: str):
     task = visible_task(task_id)
     body = render_task(task)
-    if task.get("state") in RUNNING_STATES:
+    if task.get("state") in RUNNING_TASK_STATES:
         headers = {"Location": monitor_uri(task_id), "Retry-After": RETRY_AFTER}
         return resource(body, status=202, headers=headers, etag=False)
     return resource(body, etag=False)

@@ -28,9 +28,9 @@ from app.image_url import ImageURL, parse, redact
 from app.protocol import collection, finalize, if_match_ok, json_body, no_content, resource
 from app.resources.task_service import accepted
 from app.validate import Param, action_params, patch_object, raise_if
+from fleetfish import wire
 from fleetfish.image_policy import refusal
 from fleetfish.store import DEVICES, PENDING_STATES
-from tasks import canvas
 
 log = logging.getLogger("fleetfish.api")
 bp = Blueprint("virtual_media", __name__)
@@ -217,7 +217,7 @@ def start_insert(
     began = st.begin_insert(
         system_id, device, image, username=username, password=password, **options
     )
-    build = canvas.legacy_media_chain if settings().legacy_sequential else canvas.insert_media_chord
+    build = wire.legacy_media_chain if settings().legacy_sequential else wire.insert_media_chord
     gen, task_id = began["gen"], began["task"]
     events().inserted(system_id, device, redact(image), gen)
     try:
@@ -280,7 +280,7 @@ def eject_media(system_id: str, device: str):
     if not (began["previous_dv"] or began["was_pending"]):
         return no_content()  # the task ended with the eject: nothing was attached
     result = dispatch.send(
-        canvas.eject_media(celery(), system_id, device, began["gen"], task_id), system_id
+        wire.eject_media(celery(), system_id, device, began["gen"], task_id), system_id
     )
     st.update_task(task_id, celery_id=result.id)
     log.info("EjectMedia gen=%s task=%s system=%s", began["gen"], task_id, system_id)
@@ -289,7 +289,7 @@ def eject_media(system_id: str, device: str):
 
 def _release(system_id: str, action: str, task_id: str, celery_id: str) -> None:
     """The eject ended the media wait of a deferred Reset: it runs now, without media."""
-    dispatch.send(canvas.power_reset(celery(), system_id, action, task_id, celery_id), system_id)
+    dispatch.send(wire.power_reset(celery(), system_id, action, task_id, celery_id), system_id)
     log.info(
         "deferred Reset %s released by eject system=%s task=%s",
         action,

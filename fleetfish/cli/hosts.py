@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from app.scope import matches, parse_selector
 from fleetfish.mirror import storage_disks
+from fleetfish.selectors import matches, parse_selector
 from fleetfish.store import Store
 
 # BMC address scheme per endpoint scheme (Metal3: redfish-virtualmedia is HTTPS by default).

@@ -15,6 +15,7 @@ import time
 import redis
 
 from fleetfish.fleet import fleet_status
+from fleetfish.selectors import matches, parse_selector
 from fleetfish.settings import Settings
 
 HELP = "show every system's power, media, deferred power-on, last boot and last error"
@@ -85,19 +86,11 @@ def render(rows: list[dict], events: int = 0) -> str:
 
 def _filter(args: argparse.Namespace):
     namespaces = {n.strip() for value in args.namespace for n in value.split(",") if n.strip()}
-    requirements = []
-    if args.selector:
-        from app.scope import parse_selector  # only when asked: it loads the API package
-
-        requirements = parse_selector(args.selector)
+    requirements = parse_selector(args.selector)
 
     def allows(doc: dict) -> bool:
         if namespaces and doc.get("namespace") not in namespaces:
             return False
-        if not requirements:
-            return True
-        from app.scope import matches
-
         return matches(requirements, doc.get("labels") or {})
 
     return allows

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import LAB_LABELS, USERS_YAML, Queues, make_vm
 
 from app import create_app
 from fleetfish.mirror import mirror_doc
 from fleetfish.settings import Settings
+from tests.api.api_helpers import LAB_LABELS, USERS_YAML, Queues, make_vm
 
 
 @pytest.fixture

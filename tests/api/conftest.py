@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from api_fixtures import app, app_settings, client, queues, systems, users_file
+from tests.api.api_fixtures import app, app_settings, client, queues, systems, users_file
 
 __all__ = ["app", "app_settings", "client", "queues", "systems", "users_file"]

@@ -14,14 +14,14 @@ import pytest
 import redfish
 import redfish_utilities
 import requests
-from api_gunicorn import running_gunicorn
-from api_helpers import PASSWORDS, SYS_URI
 from redfish.rest.v1 import InvalidCredentialsError
 from redfish_utilities.messages import (
     RedfishOperationFailedError,
     RedfishPasswordChangeRequiredError,
 )
 
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import PASSWORDS, SYS_URI
 from tests.polling import wait_for
 
 ACCOUNTS = "/redfish/v1/AccountService/Accounts"

@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import time
 
-from api_helpers import ADMIN, PASSWORDS, RESET_URI, SYS_URI, basic, error_ids
-
 import app.auth as auth_mod
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, PASSWORDS, RESET_URI, SYS_URI, basic, error_ids
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 

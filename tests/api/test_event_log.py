@@ -3,11 +3,10 @@ bounded, and cleared by administrators only."""
 
 from __future__ import annotations
 
-from api_helpers import ADMIN, EJECT_URI, INSERT_URI, ISO, RESET_URI, SYS, SYS_URI, basic
-
 from app import create_app
 from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, EJECT_URI, INSERT_URI, ISO, RESET_URI, SYS, SYS_URI, basic
 
 LOG = f"{SYS_URI}/LogServices/Log"
 MANAGER_LOG = f"/redfish/v1/Managers/{SYS}/LogServices/Log"

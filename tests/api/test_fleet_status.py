@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from api_helpers import ADMIN, INSERT_URI, ISO, RESET_URI, SYS, basic
 
 from fleetfish.eventlog import EventLog
+from tests.api.api_helpers import ADMIN, INSERT_URI, ISO, RESET_URI, SYS, basic
 
 FLEETFISH = shutil.which("fleetfish", path=str(Path(sys.executable).parent))
 

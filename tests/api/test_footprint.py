@@ -12,7 +12,7 @@ from api_helpers import ADMIN, EJECT_URI, INSERT_URI, RESET_URI
 from celery.result import AsyncResult
 
 REPO = Path(__file__).resolve().parents[2]
-FORBIDDEN = ("kubernetes", "workers", "tasks.media", "tasks.power", "tasks.boot", "requests")
+FORBIDDEN = ("kubernetes", "workers", "tasks", "requests")
 PROBE = """
 import json, sys
 from app import create_app

@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import requests
 import sushy
-from api_gunicorn import running_gunicorn
-from api_helpers import ADMIN, PASSWORDS, SYS, error_ids, related
 from sushy import exceptions as sushy_exceptions
 from sushy.auth import SessionOrBasicAuth
 
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import ADMIN, PASSWORDS, SYS, error_ids, related
 
 MANAGER = f"/redfish/v1/Managers/{SYS}"
 OTHER_MANAGER = "/redfish/v1/Managers/lab-a.ostest-worker-0"

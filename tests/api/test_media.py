@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import ADMIN, CD_URI, EJECT_URI, INSERT_URI, ISO, SYS, error_ids, related
 
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, CD_URI, EJECT_URI, INSERT_URI, ISO, SYS, error_ids, related
 
 MANAGER_CD = f"/redfish/v1/Managers/{SYS}/VirtualMedia/Cd"
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import ADMIN, INSERT_URI, SYS_URI, error_ids, free_port_url
 
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, INSERT_URI, SYS_URI, error_ids, free_port_url
 
 OPEN = ["/redfish", "/redfish/v1/", "/redfish/v1", "/redfish/v1/odata", "/redfish/v1/$metadata"]
 

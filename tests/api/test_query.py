@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import ADMIN, SYS, SYS_URI, basic, error_ids
+
+from tests.api.api_helpers import ADMIN, SYS, SYS_URI, basic, error_ids
 
 SYSTEMS = "/redfish/v1/Systems"
 

@@ -10,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from api_gunicorn import running_gunicorn
-from api_helpers import PASSWORDS, SYS, Queues
+
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import PASSWORDS, SYS, Queues
 
 REDFISHTOOL = shutil.which("redfishtool", path=str(Path(sys.executable).parent)) or shutil.which(
     "redfishtool"

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from api_helpers import (
+from app import create_app
+from fleetfish.settings import Settings
+from tests.api.api_helpers import (
     ADMIN,
     EJECT_URI,
     INSERT_URI,
@@ -15,9 +17,6 @@ from api_helpers import (
     error_ids,
     related,
 )
-
-from app import create_app
-from fleetfish.settings import Settings
 
 
 def celery_ids(queues, queue: str) -> list[str]:

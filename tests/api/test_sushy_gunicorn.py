@@ -8,11 +8,11 @@ import socket
 import pytest
 import requests
 import sushy
-from api_gunicorn import running_gunicorn
-from api_helpers import LAB_LABELS, PASSWORDS, SYS, SYS_URI, Queues, make_vm
 from sushy.auth import SessionOrBasicAuth
 
 from fleetfish.mirror import mirror_doc
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import LAB_LABELS, PASSWORDS, SYS, SYS_URI, Queues, make_vm
 
 OLD_ISO = "http://192.0.2.10:8080/redfish/boot-old.iso"
 NEW_ISO = "http://192.0.2.10:8080/redfish/boot-new.iso"

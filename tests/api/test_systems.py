@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from api_helpers import ADMIN, SYS, SYS_URI, error_ids, related
+from tests.api.api_helpers import ADMIN, SYS, SYS_URI, error_ids, related
 
 
 def test_system_has_what_sushy_and_ironic_need(client, systems):

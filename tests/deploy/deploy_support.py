@@ -28,9 +28,8 @@ def settings_env_names() -> set[str]:
         re.findall(r"""\be\.get\(\s*["']([A-Z][A-Z0-9_]*)["']""", SETTINGS_FILE.read_text())
     )
     assert names, "no environment names found in settings.py: the parser is out of date"
-    if GUNICORN_CONF.exists():
-        pattern = r"""os\.environ(?:\.get\(|\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
-        names |= set(re.findall(pattern, GUNICORN_CONF.read_text()))
+    pattern = r"""os\.environ(?:\.get\(|\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
+    names |= set(re.findall(pattern, GUNICORN_CONF.read_text()))
     return names
 
 

@@ -8,11 +8,21 @@ import re
 from urllib.parse import quote
 
 import pytest
-from api_helpers import ADMIN, CD_URI, EJECT_URI, INSERT_URI, ISO, RESET_URI, SYS, SYS_URI, basic
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.image_url import parse
+from tests.api.api_helpers import (
+    ADMIN,
+    CD_URI,
+    EJECT_URI,
+    INSERT_URI,
+    ISO,
+    RESET_URI,
+    SYS,
+    SYS_URI,
+    basic,
+)
 
 BASE_ID = re.compile(r"^Base\.1\.22\.[A-Za-z]+$")
 LOGIN = "/redfish/v1/SessionService/Sessions"

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
-from api_gunicorn import running_gunicorn
-from api_helpers import PASSWORDS, RESET_URI
+
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import PASSWORDS, RESET_URI
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = REPO / "app" / "openapi.yaml"

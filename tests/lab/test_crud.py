@@ -308,3 +308,11 @@ def test_sockets_above_max_sockets_and_cpu_beside_an_instancetype_are_refused(k8
         patch([{"op": "add", "path": "/spec/instancetype", "value": {"name": "u1.large"}}])
     assert exc.value.status == 422
     assert "conflicts with selected instance type" in _error(exc)["message"]
+
+
+def test_a_label_selector_kubernetes_refuses_is_a_bad_request(k8s):
+    for selector in ("role=a/b", "role in ()", "role=master,"):
+        with pytest.raises(ApiException) as exc:
+            k8s.custom.list_namespaced_custom_object(G, V, NS, P, label_selector=selector)
+        assert exc.value.status == 400, selector
+        assert _error(exc)["reason"] == "BadRequest"

@@ -21,7 +21,7 @@ import requests
 
 from lab.ports import free_port
 from lab.redis_embedded import EmbeddedRedis
-from lab.stack import REPO, LabConfig, LabStack
+from lab.stack import REPO, LabConfig, LabStack, write_kubeconfig
 from tests import redis_dataset
 from tests.polling import wait_for
 
@@ -261,19 +261,7 @@ def test_a_lab_whose_redis_loads_for_seconds_starts(tmp_path):
 def test_with_a_kubeconfig_the_lab_still_serves_its_iso_server(tmp_path, sim):
     """KUBECONFIG selects a cluster (here the simulator, started apart as a cluster would be):
     the lab starts no simulator of its own, but its ISO server serves images all the same."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": {"server": sim.url}}],
-                "users": [{"name": "u", "user": {}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", sim.url)
     config = LabConfig.for_tests(
         tmp_path / "var", vms=1, workers=1, api_workers=1, flower=False, kubeconfig=str(kubeconfig)
     )

@@ -8,7 +8,6 @@ removes every process, namespace and the bridge (call it in a finally block).
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
@@ -30,6 +29,7 @@ from lab.stack import (
     kubesim_command,
     watcher_command,
     worker_command,
+    write_kubeconfig,
 )
 
 REDIS_PORT = 6379
@@ -164,18 +164,7 @@ class NetLab:
         self.var_dir.mkdir(parents=True, exist_ok=True)
         self.build_network()
         self._stack._write_users_file()
-        (self.var_dir / "kubeconfig").write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [{"name": "kubesim", "cluster": {"server": self.kube_url}}],
-                    "users": [{"name": "lab", "user": {}}],
-                    "contexts": [{"name": "lab", "context": {"cluster": "kubesim", "user": "lab"}}],
-                    "current-context": "lab",
-                }
-            )
-        )
+        write_kubeconfig(self.var_dir / "kubeconfig", self.kube_url)
         root = self.addr("root")
         self.spawn("isoserver", "root", isoserver_command(root, self.iso_port, 1))
         self.spawn(

@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "api"))
-
-import pytest  # noqa: E402
-from api_fixtures import app, app_settings, client, queues, systems, users_file  # noqa: E402
-
-from app.bcrypt_budget import BcryptBudget  # noqa: E402
+from app.bcrypt_budget import BcryptBudget
+from tests.api.api_fixtures import app, app_settings, client, queues, systems, users_file
 
 __all__ = ["app", "app_settings", "client", "queues", "systems", "unbounded_bcrypt", "users_file"]
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import re
 
-from api_helpers import SYS
-
 from app.auth import LOGIN_PATHS, OPEN_PATHS
+from tests.api.api_helpers import SYS
 
 SERVED_METHODS = ("GET", "HEAD", "POST", "PATCH", "DELETE")
 

@@ -6,11 +6,11 @@ import base64
 import time
 
 import pytest
-from api_helpers import ADMIN, PASSWORDS, SYS_URI
 from security_helpers import body_for, concrete_routes, error_ids, is_open
 
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, PASSWORDS, SYS_URI
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 # Every route with bad credentials, in quick succession: 401 each time. The per-process bcrypt

@@ -6,13 +6,13 @@ import base64
 
 import bcrypt
 import pytest
-from api_helpers import ADMIN, PASSWORDS, SYS_URI
 from security_helpers import error_ids
 
 import app.sessions as sessions_mod
 from app import auth, create_app
 from app.bcrypt_budget import BcryptBudget
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, PASSWORDS, SYS_URI
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 CHECK_SECONDS = 0.25  # about one cost-12 bcrypt check on a small core

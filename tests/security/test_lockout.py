@@ -6,9 +6,9 @@ import base64
 import time
 
 import pytest
-from api_helpers import PASSWORDS, SYS_URI, basic
 
 import app.sessions as sessions_mod
+from tests.api.api_helpers import PASSWORDS, SYS_URI, basic
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 

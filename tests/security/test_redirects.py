@@ -12,7 +12,7 @@ import pytest
 from fleetfish.image_policy import refusal
 from fleetfish.settings import Settings
 from lab.ports import free_port
-from workers.media import DEFAULT_SIZE_MIB, head_content_length, storage_size
+from tasks.media.volumes import DEFAULT_SIZE_MIB, head_content_length, storage_size
 
 ISO_LENGTH = 700 * 2**20
 
@@ -81,7 +81,7 @@ def test_a_direct_answer_still_sizes_the_volume():
 def test_workers_read_the_policy_without_flask():
     """One policy for both tiers; the workers do not load the web framework for it."""
     code = (
-        "import sys, fleetfish.image_policy, workers.media; "
+        "import sys, fleetfish.image_policy, tasks.media.volumes; "
         "assert 'flask' not in sys.modules, sorted(m for m in sys.modules if 'flask' in m)"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 import requests
-from api_fixtures import seed_systems
-from api_gunicorn import running_gunicorn
-from api_helpers import ADMIN, RESET_URI, SYS, SYS_URI, Queues
 from celery import Celery
 from security_helpers import error_ids
 
@@ -24,6 +21,9 @@ from fleetfish.settings import Settings
 from fleetfish.store import Store, key_media
 from lab.ports import free_port
 from lab.redis_embedded import EmbeddedRedis
+from tests.api.api_fixtures import seed_systems
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import ADMIN, RESET_URI, SYS, SYS_URI, Queues
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "redis-pw-8812"

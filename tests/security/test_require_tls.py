@@ -5,11 +5,11 @@ from __future__ import annotations
 import logging
 
 import pytest
-from api_helpers import ADMIN, PASSWORDS, SYS_URI
 from security_helpers import error_ids
 
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, PASSWORDS, SYS_URI
 
 LOGIN = "/redfish/v1/SessionService/Sessions"
 CREDENTIALS = {"UserName": "admin", "Password": PASSWORDS["admin"]}

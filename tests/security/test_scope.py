@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import ADMIN, ISO, PASSWORDS, basic
 from security_helpers import body_for, concrete_routes, error_ids
+
+from tests.api.api_helpers import ADMIN, ISO, PASSWORDS, basic
 
 HIDDEN = {
     "operator": "lab-b.other-0",  # namespaces: [lab-a]

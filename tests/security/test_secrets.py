@@ -5,8 +5,9 @@ from __future__ import annotations
 import logging
 
 import requests
-from api_gunicorn import running_gunicorn
-from api_helpers import ADMIN, CD_URI, INSERT_URI, PASSWORDS, SYS, Queues
+
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import ADMIN, CD_URI, INSERT_URI, PASSWORDS, SYS, Queues
 
 URL_USER, URL_PW = "urluser", "url-secret-7731"
 BODY_USER, BODY_PW = "bodyuser", "body-secret-4409"

@@ -6,10 +6,9 @@ import collections
 import math
 import time
 
-from api_helpers import PASSWORDS, SYS_URI
-
 from app import create_app
 from fleetfish.settings import Settings
+from tests.api.api_helpers import PASSWORDS, SYS_URI
 
 SESSIONS = "/redfish/v1/SessionService/Sessions"
 TOKEN_ALPHABET = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")

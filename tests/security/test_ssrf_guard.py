@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from api_helpers import ADMIN, INSERT_URI, SYS
 from security_helpers import error_ids
 
 from app import create_app
 from app.image_url import host_allowed, parse
 from fleetfish.image_policy import refusal
 from fleetfish.settings import Settings
+from tests.api.api_helpers import ADMIN, INSERT_URI, SYS
 
 ALLOW = ("iso.example.com", ".images.example.org", "192.0.2.0/24", "2001:db8::/32", "10.1.2.3")
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from api_helpers import PASSWORDS, SYS_URI, basic
-
 import app.auth as auth_mod
+from tests.api.api_helpers import PASSWORDS, SYS_URI, basic
 
 APP = Path(__file__).resolve().parents[2] / "app"
 SECRET_WORDS = ("password", "passwd", "token", "digest", "secret", "hash", "credential")

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 import requests
-from api_gunicorn import running_gunicorn
-from api_helpers import PASSWORDS, SYS_URI
 
 from lab.tls import self_signed
+from tests.api.api_gunicorn import running_gunicorn
+from tests.api.api_helpers import PASSWORDS, SYS_URI
 
 
 @pytest.fixture

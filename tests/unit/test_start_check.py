@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workers.power import start_blocker, vmi_running
+from tasks.power.reset import start_blocker, vmi_running
 
 
 def vmi(uid: str, phase: str, volumes: list[dict] | None = None) -> dict:

@@ -7,7 +7,6 @@ calling ``Store`` and sending the canvas, as ``app/`` does.
 from __future__ import annotations
 
 import gc
-import json
 import os
 import signal
 import subprocess
@@ -18,11 +17,12 @@ import pytest
 import requests
 from celery import Celery
 
+from fleetfish import wire
 from fleetfish.celery_config import celery_config
 from fleetfish.settings import Settings
 from fleetfish.store import Store
 from lab.ports import free_port, wait_for_port
-from tasks import canvas
+from lab.stack import write_kubeconfig
 from tests.polling import wait_for  # noqa: F401 - re-exported for the tests here
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,15 +128,7 @@ class Lab:
         )  # fmt: skip
         wait_for(lambda: "kubesim ready" in self.procs.log("kubesim"), 30, "kubesim ready")
         self.kube_url = f"http://127.0.0.1:{port}"
-        kubeconfig = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "kubesim", "cluster": {"server": self.kube_url}}],
-            "users": [{"name": "lab", "user": {}}],
-            "contexts": [{"name": "lab", "context": {"cluster": "kubesim", "user": "lab"}}],
-            "current-context": "lab",
-        }
-        (self.tmp / "kubeconfig").write_text(json.dumps(kubeconfig))
+        write_kubeconfig(self.tmp / "kubeconfig", self.kube_url)
 
     def env(self, **extra: str) -> dict[str, str]:
         env = dict(os.environ)
@@ -176,14 +168,14 @@ class Lab:
     def insert(self, system: str, image: str) -> str:
         ins = self.store.begin_insert(system, "Cd", image)
         task = ins["task"]
-        canvas.insert_media_chord(self.client, system, "Cd", ins["gen"], image, task).apply_async()
+        wire.insert_media_chord(self.client, system, "Cd", ins["gen"], image, task).apply_async()
         return task
 
     def eject(self, system: str) -> str:
         ej = self.store.begin_eject(system, "Cd")
-        canvas.eject_media(self.client, system, "Cd", ej["gen"], ej["task"]).apply_async()
+        wire.eject_media(self.client, system, "Cd", ej["gen"], ej["task"]).apply_async()
         if ej["released_action"]:
-            canvas.power_reset(
+            wire.power_reset(
                 self.client,
                 system,
                 ej["released_action"],
@@ -194,15 +186,13 @@ class Lab:
 
     def boot_once_cd(self, system: str) -> None:
         gen = self.store.set_boot(system, enabled="Once", target="Cd", mode="UEFI")
-        canvas.boot_apply(self.client, system, gen).apply_async()
+        wire.boot_apply(self.client, system, gen).apply_async()
 
     def reset(self, system: str, action: str = "On") -> tuple[str, str]:
         verdict = self.store.request_power(system, action)
         task = verdict["task"]
         if verdict["verdict"] == "run":
-            canvas.power_reset(
-                self.client, system, action, task, verdict["celery_id"]
-            ).apply_async()
+            wire.power_reset(self.client, system, action, task, verdict["celery_id"]).apply_async()
         return task, verdict["verdict"]
 
     def task(self, task_id: str) -> dict:

@@ -76,9 +76,9 @@ def test_a_boot_override_set_while_running_waits_for_the_next_power_on(lab):
     on, _ = lab.reset(sid, "On")
     assert wait_for(lambda: lab.task_done(on), 30, "Reset On")["state"] == "Completed"
     gen = lab.store.set_boot(sid, enabled="Continuous", target="Pxe", mode="UEFI")
-    from tasks import canvas
+    from fleetfish import wire
 
-    result = canvas.boot_apply(lab.client, sid, gen).apply_async()
+    result = wire.boot_apply(lab.client, sid, gen).apply_async()
     assert result.get(timeout=30) == {"deferred": True}
     assert disk_orders(lab) == {"rootdisk": 1, "cdrom": None}
     assert not restart_required(lab)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from workers.boot import ANN_ORIGINAL, boot_mutator, plan_boot_order, write_order
+from tasks.boot.override import ANN_ORIGINAL, boot_mutator, plan_boot_order, write_order
 
 
 def lab_vm() -> dict:

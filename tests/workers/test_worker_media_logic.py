@@ -6,15 +6,7 @@ import json
 import re
 
 from fleetfish.settings import Settings
-from workers.kubevirt import (
-    AlreadyExists,
-    Conflict,
-    Invalid,
-    NotFound,
-    Transient,
-    map_api_exception,
-)
-from workers.media import (
+from tasks.media.volumes import (
     ANN_BIND_IMMEDIATE,
     LABEL_DEVICE,
     LABEL_GEN,
@@ -29,6 +21,14 @@ from workers.media import (
     set_cdrom_volume,
     storage_size,
     vmi_volume_ready,
+)
+from workers.kubevirt import (
+    AlreadyExists,
+    Conflict,
+    Invalid,
+    NotFound,
+    Transient,
+    map_api_exception,
 )
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")

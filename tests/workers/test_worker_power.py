@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import requests
 
+from fleetfish import wire
 from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
-from tasks import canvas
+from tasks.power.reset import PowerError, run_power
 from tests.workers.conftest import NAMESPACE, system, wait_for
 from workers.kubevirt import KubeVirt
-from workers.power import PowerError, run_power
 
 VM0 = "ostest-master-0"
 
@@ -125,7 +125,7 @@ def test_a_reset_sent_again_while_its_first_copy_runs_acts_once(lab):
     assert verdict == "run"
     wait_for(lambda: lab.task(task).get("picked"), 20, "the first copy taken")
     recorded = lab.task(task)
-    canvas.power_reset(lab.client, system(VM0), "On", task, recorded["celery_id"]).apply_async()
+    wire.power_reset(lab.client, system(VM0), "On", task, recorded["celery_id"]).apply_async()
     done = wait_for(lambda: lab.task_done(task), 60, "Reset On to end")
     assert done["state"] == "Completed", done
     wait_for(lambda: len(lab.boots(VM0)) == 1, 20, "the boot")

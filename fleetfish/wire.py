@@ -1,7 +1,9 @@
-"""Canvas the API sends by task name: the InsertMedia chord and the plain sends.
+"""The wire contract: every message the system sends, built by Celery task name.
 
-Only celery is imported here (no task bodies, no kubernetes), so the API tier can build these
-signatures with a client-only Celery app.
+The API, the tasks and the reaper all build their messages here: the InsertMedia chord, a Reset,
+the check that follows a start, an eject, a boot override. Only celery is imported (no task
+bodies, no kubernetes), so the API tier builds them with a client-only Celery app. The names are
+what messages in Redis carry: they never change (tests/unit/test_layout.py).
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ import time
 
 from celery import current_app, shared_task
 
+from fleetfish import wire
 from fleetfish.mirror import split_system_id
-from fleetfish.store import ENDED_TASK_STATES, Store, key_task
-from tasks import canvas
+from fleetfish.store import ENDED_TASK_STATES, Store
+from tasks.power.reset import run_power, start_blocker, vmi_running
 from workers import runtime
-from workers.kubevirt import Conflict, KubeError, NotFound, Transient
-from workers.power import PowerError, run_power, start_blocker, vmi_running
+from workers.errors import FAILURES, Transient, WorkError, task_failure
+from workers.kubevirt import Conflict, NotFound
 from workers.taskutil import reset_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
@@ -27,17 +28,41 @@ def watch_start(system_id: str, task_id: str, vmi_uid_before: str) -> None:
     """Mark the Reset task as followed by ``power.verify`` and send that task: before the
     start itself, so a worker dying right after the start still has it followed."""
     store = runtime.store()
-    if not task_id or not store.r.exists(key_task(task_id)):
+    if not store.task_exists(task_id):
         return  # no Redfish task to report on (expired)
     store.follow_start(task_id)
-    canvas.power_verify(current_app, system_id, task_id, vmi_uid_before).apply_async(
+    wire.power_verify(current_app, system_id, task_id, vmi_uid_before).apply_async(
         countdown=START_CHECK_FIRST
     )
 
 
+def run_reset(system_id: str, action: str, task_id: str) -> str:
+    """Do one Reset action (``power.reset``, or a deferred one the media chord released) and
+    end its task, or leave it to ``power.verify`` when a start is followed; the message."""
+    store = runtime.store()
+    message = run_power(
+        runtime.kube(),
+        store,
+        runtime.settings(),
+        system_id,
+        action,
+        task_id,
+        lambda before: watch_start(system_id, task_id, before),
+    )
+    end_power_task(store, task_id, message)
+    return message
+
+
+def fail_reset(system_id: str, action: str, task_id: str, exc: BaseException) -> None:
+    """A Reset that cannot be done: its task ends (``task_failure``) and the event log says why."""
+    log.error("Reset %s of %s failed: %s", action, system_id, exc)
+    runtime.store().update_task(task_id, **task_failure(exc))
+    runtime.events().power_failed(system_id, task_id, str(exc), action)
+
+
 def end_power_task(store: Store, task_id: str, message: str) -> None:
     """Completed, unless a start is being followed: then it ends when the VM runs."""
-    if task_id and store.r.hget(key_task(task_id), "verifying") == "1":
+    if store.task_field(task_id, "verifying") == "1":
         store.update_task(task_id, state="Running", percent=50, message=f"{message}: starting")
     else:
         store.update_task(task_id, state="Completed", status="OK", message=message)
@@ -56,25 +81,14 @@ def power_reset(self, system_id, action, task_id, transient=0):
                 # took it.
                 log.info("Reset %s task %s already %s: nothing to do", action, task_id, state)
                 return {"action": action, "skipped": state}
-            message = run_power(
-                runtime.kube(),
-                store,
-                runtime.settings(),
-                system_id,
-                action,
-                task_id,
-                lambda before: watch_start(system_id, task_id, before),
-            )
-            end_power_task(store, task_id, message)
+            message = run_reset(system_id, action, task_id)
     except Transient as exc:
         log.warning("%s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
-        store.update_task(task_id, state="Exception", status="Critical", message=str(err))
+        store.update_task(task_id, **task_failure(err))
         raise err from None
-    except (PowerError, KubeError, ValueError) as exc:
-        log.error("%s failed: %s", action, exc)
-        store.update_task(task_id, state="Exception", status="Critical", message=str(exc))
-        runtime.events().power_failed(system_id, task_id, str(exc), action)
+    except FAILURES as exc:
+        fail_reset(system_id, action, task_id, exc)
         raise
     return {"action": action, "message": message}
 
@@ -162,7 +176,7 @@ def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient
         if err is exc:  # out of retries: the cluster cannot tell, and the task must end
             _cannot_follow(system_id, task_id, exc)
         raise err from None
-    except KubeError as exc:
+    except WorkError as exc:
         log.error("following the start failed: %s", exc)
         store.end_inflight_task(system_id, task_id)
         _cannot_follow(system_id, task_id, exc)

@@ -12,24 +12,13 @@ from collections.abc import Callable
 
 from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
-from fleetfish.store import OFF_ACTIONS, Store, key_task
-from workers.boot import boot_mutator
+from fleetfish.store import OFF_ACTIONS, POWER_ACTIONS, Store
+from tasks.boot.override import boot_mutator
+from workers.errors import RequestError
 from workers.kubevirt import Conflict, KubeVirt, NotFound
 
 log = logging.getLogger("fleetfish.worker")
 
-ACTIONS = (
-    "On",
-    "ForceOn",
-    "ForceOff",
-    "GracefulShutdown",
-    "ForceRestart",
-    "GracefulRestart",
-    "PowerCycle",
-    "PushPowerButton",
-    "Pause",
-    "Resume",
-)
 # VMI phases after which the VM counts as off (KubeVirt deletes such a VMI or replaces it).
 FINAL_PHASES = ("Succeeded", "Failed")
 
@@ -38,7 +27,7 @@ FINAL_PHASES = ("Succeeded", "Failed")
 BLOCKING_VOLUME_REASONS = ("FailedPvcNotFound", "PVCNotReady", "VolumeFailed", "MountFailed")
 
 
-class PowerError(Exception):
+class PowerError(RequestError):
     """The action cannot be done; the message is what the Redfish task shows."""
 
 
@@ -73,23 +62,8 @@ def start_blocker(vmi: dict | None) -> tuple[str, str]:
     return "", ""
 
 
-def _remember(store: Store, task_id: str, field: str, value: str) -> str:
-    """First writer wins: the value the first delivery of this task recorded."""
-    if not task_id:
-        return value
-    key = key_task(task_id)
-    if not store.r.exists(key):
-        return value  # no Redfish task to record into (expired): act, nothing to compare
-    pipe = store.r.pipeline()
-    pipe.hsetnx(key, field, value)
-    pipe.hget(key, field)
-    _, recorded = pipe.execute()
-    return recorded if recorded is not None else value
-
-
 def _mark_done(store: Store, task_id: str) -> None:
-    if task_id and store.r.exists(key_task(task_id)):
-        store.r.hset(key_task(task_id), "acted", "1")
+    store.remember_task_field(task_id, "acted", "1")
 
 
 def _tolerate(call: Callable[[], None], *phrases: str) -> bool:
@@ -131,7 +105,7 @@ def run_power(
     follow-up also ends the Once boot override the start used (its generation is recorded in
     the task as ``boot_gen``), never a newer one requested meanwhile.
     """
-    if action not in ACTIONS:
+    if action not in POWER_ACTIONS:
         raise PowerError(f"ResetType {action} is not supported")
     ns, name = split_system_id(system_id)
     try:
@@ -139,16 +113,16 @@ def run_power(
     except NotFound as exc:
         raise PowerError(f"no VirtualMachine {ns}/{name}") from exc
     vmi = kv.get_vmi(ns, name)
-    before = _remember(store, task_id, "vmi_before", vmi_uid(vmi) or "-")
+    before = store.remember_task_field(task_id, "vmi_before", vmi_uid(vmi) or "-")
     now = vmi_uid(vmi) or "-"
-    if task_id and store.r.hget(key_task(task_id), "acted") == "1":
+    if store.task_field(task_id, "acted") == "1":
         return f"{action} already done"
 
     def write_boot_override() -> None:
         # The generation the first delivery started the VM with is the one its power-on
         # consumes, whatever a redelivery finds stored by then.
         override = apply_boot_override(kv, store, settings, system_id)
-        _remember(store, task_id, "boot_gen", str(override.get("gen", "")))
+        store.remember_task_field(task_id, "boot_gen", str(override.get("gen", "")))
 
     # An earlier delivery that started the VM and died before saying so had already sent the
     # start's follow-up (before starting): it ends the Once override, nothing to redo here.
@@ -197,12 +171,6 @@ def run_power(
     elif action == "GracefulShutdown":
         done = _tolerate(lambda: kv.stop_vm(ns, name), "not running", "halted")
         message = "Shutting down" if done else "Already off"
-    elif action == "PushPowerButton":
-        if vmi_active(vmi):
-            _tolerate(lambda: kv.stop_vm(ns, name), "not running", "halted")
-            message = "Shutting down"
-        else:
-            message = power_on()
     elif action in ("ForceRestart", "PowerCycle"):
         message = restart(force=True)
     elif action == "GracefulRestart":

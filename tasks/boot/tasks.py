@@ -9,9 +9,9 @@ import time
 from celery import shared_task
 
 from fleetfish.mirror import split_system_id
+from tasks.power.reset import apply_boot_override, vmi_active, vmi_uid
 from workers import runtime
-from workers.kubevirt import Transient
-from workers.power import apply_boot_override, vmi_active, vmi_uid
+from workers.errors import Transient
 from workers.taskutil import retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")

@@ -13,10 +13,7 @@ import time
 from celery import shared_task
 
 from fleetfish.mirror import split_system_id
-from tasks.power import end_power_task, watch_start
-from workers import runtime
-from workers.kubevirt import KubeError, NotFound, Transient
-from workers.media import (
+from tasks.media.volumes import (
     CertificateUnreadable,
     credentials_secret,
     delete_device_dvs,
@@ -33,7 +30,10 @@ from workers.media import (
     trust_configmap,
     vmi_volume_ready,
 )
-from workers.power import PowerError, run_power
+from tasks.power.tasks import fail_reset, run_reset
+from workers import runtime
+from workers.errors import FAILURES, Refused, Transient, WorkError, task_failure
+from workers.kubevirt import NotFound
 from workers.taskutil import device_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
@@ -45,7 +45,7 @@ LEGACY_LOCK = "ff:lock:legacy-media"
 IMPORT_PERCENT_SHARE = 90
 
 
-class MediaError(Exception):
+class MediaError(Refused):
     """The media cannot be inserted; the message is shown on the media and the Redfish task."""
 
 
@@ -178,7 +178,7 @@ def media_import(self, system_id, device, gen, image, task_id, started=None, tra
         err = retry_transient(self, exc, {"started": started, "transient": transient})
         _record_reason(system_id, device, gen, err)
         raise err from None
-    except (MediaError, KubeError) as exc:
+    except FAILURES as exc:
         log.error("import of %s failed: %s", image, exc)
         _record_reason(system_id, device, gen, exc)
         raise
@@ -238,7 +238,7 @@ def media_attach(self, system_id, device, gen, task_id, since=None, transient=0)
         err = retry_transient(self, exc, {"since": since, "transient": transient})
         _record_reason(system_id, device, gen, err)
         raise err from None
-    except (KubeError, ValueError) as exc:
+    except FAILURES as exc:
         log.error("attach failed: %s", exc)
         _record_reason(system_id, device, gen, exc)
         raise
@@ -271,26 +271,15 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
         return {"released": None}
     runtime.events().released(system_id, action, power_task)
     try:
-        message = run_power(
-            runtime.kube(),
-            store,
-            runtime.settings(),
-            system_id,
-            action,
-            power_task,
-            lambda before: watch_start(system_id, power_task, before),
-        )
-        end_power_task(store, power_task, message)
+        run_reset(system_id, action, power_task)
     except Transient as exc:
         log.warning("deferred %s: %s", action, exc)
         err = retry_transient(self, exc, {"transient": transient})
-        store.update_task(power_task, state="Exception", status="Critical", message=str(err))
+        store.update_task(power_task, **task_failure(err))
         store.finish_inflight(system_id, body_id)
         raise err from None
-    except (PowerError, KubeError) as exc:
-        log.error("deferred %s failed: %s", action, exc)
-        store.update_task(power_task, state="Exception", status="Critical", message=str(exc))
-        runtime.events().power_failed(system_id, power_task, str(exc), action)
+    except FAILURES as exc:
+        fail_reset(system_id, action, power_task, exc)
     store.finish_inflight(system_id, body_id)
     return {"released": action, "task": power_task}
 
@@ -332,7 +321,7 @@ def media_failed(self, system_id, device, gen, task_id):
         try:
             _clear_device(system_id, device, gen)
             break
-        except KubeError as exc:
+        except WorkError as exc:
             log.warning("cleanup after failed media (attempt %d): %s", attempt + 1, exc)
             time.sleep(1.0 + attempt)
     return {"failed": reason, "cancelled": verdict["cancelled_task"]}
@@ -350,8 +339,8 @@ def media_eject(self, system_id, device, gen, task_id, transient=0):
         _clear_device(system_id, device, gen)
     except Transient as exc:
         raise retry_transient(self, exc, {"transient": transient}) from None
-    except KubeError as exc:
-        store.update_task(task_id, state="Exception", status="Critical", message=str(exc))
+    except FAILURES as exc:
+        store.update_task(task_id, **task_failure(exc))
         raise
     store.update_media(system_id, device, gen, attached=False)
     store.update_task(task_id, state="Completed", status="OK", message="Virtual media ejected")
