@@ -590,7 +590,9 @@ class LabStack:
         self._log_files.clear()
 
     def __enter__(self) -> LabStack:
-        return self.start()
+        # Also entered after an explicit start(): starting again would refuse itself (the lab's
+        # own pid file) and leave the running one behind.
+        return self if self.procs else self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()

@@ -300,3 +300,13 @@ def test_a_lab_killed_while_redis_loads_leaves_nothing_the_next_start_trips_on(t
     procs = second.children()
     assert second.interrupt() == 0, second.output()
     assert_nothing_left(second, procs)
+
+
+def test_a_started_lab_used_as_a_context_manager_is_not_started_twice(tmp_path):
+    """``with LabStack(config).start() as stack`` is the natural spelling: entering must not
+    start a second lab over the first (which then refused itself and left the first running)."""
+    config = LabConfig.for_tests(tmp_path / "var", vms=1, workers=1, api_workers=1, flower=False)
+    with LabStack(config).start(timeout=90) as stack:
+        pids = [proc.pid for proc in stack.procs.values()]
+        assert stack.exited() == {}
+    assert not [pid for pid in pids if psutil.pid_exists(pid)]
