@@ -2,7 +2,8 @@
 
 - ``Transient``: try again later (the cluster answered 5xx/429 or not at all, a short Redis
   lock was busy). Retried with bounded backoff (``workers.taskutil.retry_transient``); when
-  the retries run out the Redfish task ends in Exception.
+  the retries run out the Redfish task ends in Exception. ``Waiting`` (a change the cluster is
+  still making) is looked at again every few seconds instead, up to the power-on timeout.
 - ``RequestError``: the request cannot be done as asked (a ResetType the VM cannot take in its
   state, a VM without the disk to boot from). Exception, no retry.
 - ``Refused``: the cluster said no (404, 409, a webhook rejection, an import that failed).
@@ -26,6 +27,12 @@ class WorkError(Exception):
 
 class Transient(WorkError):
     """Try again later: retried with backoff."""
+
+
+class Waiting(Transient):
+    """The cluster is in the middle of a change that ends by itself (the VM's last run is still
+    shutting down): look again shortly. Not a failure, so it uses no retry; bounded by the
+    power-on timeout."""
 
 
 class RequestError(WorkError):

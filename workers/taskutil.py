@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import time
 from contextlib import contextmanager
 from typing import Any
 
@@ -13,7 +14,7 @@ from celery import Task
 from celery.exceptions import Ignore, Retry
 
 from workers import runtime
-from workers.errors import Transient
+from workers.errors import Transient, Waiting
 
 log = logging.getLogger("fleetfish.worker")
 
@@ -25,6 +26,8 @@ LOCK_TTL = 10
 # Never park a worker thread on the lock: a busy device is a short Transient retry instead.
 LOCK_WAIT = 2
 DONE_TTL = 3600
+# How often a task waiting for the cluster to finish a change (Waiting) looks again.
+WAIT_LOOK = 2.0
 
 
 def backoff(attempt: int) -> float:
@@ -36,7 +39,18 @@ def backoff(attempt: int) -> float:
 
 def retry_transient(task: Task, exc: Exception, kwargs: dict[str, Any]) -> Exception:
     """``raise retry_transient(self, exc, kwargs)``: retry with backoff, counting Transient
-    failures in the ``transient`` kwarg (polling retries do not count), or give up with exc."""
+    failures in the ``transient`` kwarg (polling retries do not count), or give up with exc.
+
+    A ``Waiting`` error is looked at again every WAIT_LOOK seconds without counting, from the
+    first time it was seen (the ``waiting_since`` kwarg) up to the power-on timeout."""
+    if isinstance(exc, Waiting):
+        since = float(kwargs.get("waiting_since") or 0) or time.time()
+        waited = time.time() - since
+        if waited >= runtime.settings().power_on_timeout or not task.request.id:
+            return exc
+        if task.request.called_directly:
+            return exc
+        return task.retry(exc=exc, countdown=WAIT_LOOK, kwargs={**kwargs, "waiting_since": since})
     attempt = int(kwargs.get("transient", 0)) + 1
     if attempt > MAX_TRANSIENT or not task.request.id or task.request.called_directly:
         return exc

@@ -257,7 +257,7 @@ def media_attach(self, system_id, device, gen, task_id, since=None, transient=0)
 
 @shared_task(bind=True, name="media.release", max_retries=None, acks_late=True)
 @single_delivery
-def media_release(self, system_id, device, gen, task_id, transient=0):
+def media_release(self, system_id, device, gen, task_id, transient=0, waiting_since=None):
     """Chord body: media ready; run the Reset that was deferred meanwhile, exactly once."""
     store = runtime.store()
     body_id = self.request.id or f"direct-{task_id}"
@@ -274,7 +274,7 @@ def media_release(self, system_id, device, gen, task_id, transient=0):
         run_reset(system_id, action, power_task)
     except Transient as exc:
         log.warning("deferred %s: %s", action, exc)
-        err = retry_transient(self, exc, {"transient": transient})
+        err = retry_transient(self, exc, {"transient": transient, "waiting_since": waiting_since})
         store.update_task(power_task, **task_failure(err))
         store.finish_inflight(system_id, body_id)
         raise err from None

@@ -14,7 +14,7 @@ from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
 from fleetfish.store import OFF_ACTIONS, POWER_ACTIONS, Store
 from tasks.boot.override import boot_mutator
-from workers.errors import RequestError
+from workers.errors import RequestError, Waiting
 from workers.kubevirt import Conflict, KubeVirt, NotFound
 
 log = logging.getLogger("fleetfish.worker")
@@ -33,6 +33,20 @@ class PowerError(RequestError):
 
 def vmi_active(vmi: dict | None) -> bool:
     return bool(vmi) and (vmi.get("status") or {}).get("phase") not in FINAL_PHASES
+
+
+def shutting_down(vm: dict, vmi: dict | None) -> bool:
+    """The VM's last run is still ending: its VMI is deleted or the VM was told to stop, but
+    the VMI has not finished. KubeVirt refuses a start until then ("VM is already running"),
+    and it is not "on" either: a power-on has to wait for it."""
+    if not vmi_active(vmi):
+        return False
+    if ((vmi or {}).get("metadata") or {}).get("deletionTimestamp"):
+        return True
+    spec = vm.get("spec") or {}
+    strategy = spec.get("runStrategy") or ("Always" if spec.get("running") else "Halted")
+    requests = (vm.get("status") or {}).get("stateChangeRequests") or []
+    return strategy == "Halted" or any(r.get("action") == "Stop" for r in requests)
 
 
 def vmi_uid(vmi: dict | None) -> str:
@@ -109,7 +123,7 @@ def run_power(
         raise PowerError(f"ResetType {action} is not supported")
     ns, name = split_system_id(system_id)
     try:
-        kv.get_vm(ns, name)
+        vm = kv.get_vm(ns, name)
     except NotFound as exc:
         raise PowerError(f"no VirtualMachine {ns}/{name}") from exc
     vmi = kv.get_vmi(ns, name)
@@ -143,6 +157,9 @@ def run_power(
             watch_start(before if before != "-" else "")
 
     def power_on() -> str:
+        if shutting_down(vm, vmi):
+            # Before the boot override is written: the start that follows writes it then.
+            raise Waiting(f"{action}: the VM is still shutting down; it starts once that ended")
         write_boot_override()
         follow_start()
         started = _tolerate(
@@ -151,7 +168,7 @@ def run_power(
         return "Powered on" if started else "Already on"
 
     def restart(force: bool) -> str:
-        if not vmi_active(vmi):
+        if not vmi_active(vmi) or shutting_down(vm, vmi):
             return power_on()
         write_boot_override()
         follow_start()
@@ -164,7 +181,7 @@ def run_power(
         return "Restarted"
 
     if action in ("On", "ForceOn"):
-        message = power_on() if not vmi_active(vmi) else "Already on"
+        message = power_on() if not vmi_active(vmi) or shutting_down(vm, vmi) else "Already on"
     elif action == "ForceOff":
         done = _tolerate(lambda: kv.stop_vm(ns, name, grace_period=0), "not running", "halted")
         message = "Powered off" if done else "Already off"

@@ -70,7 +70,7 @@ def end_power_task(store: Store, task_id: str, message: str) -> None:
 
 @shared_task(bind=True, name="power.reset", max_retries=None, acks_late=True)
 @single_delivery
-def power_reset(self, system_id, action, task_id, transient=0):
+def power_reset(self, system_id, action, task_id, transient=0, waiting_since=None):
     """Run the action now (the API decided it need not wait for media)."""
     store = runtime.store()
     try:
@@ -84,7 +84,7 @@ def power_reset(self, system_id, action, task_id, transient=0):
             message = run_reset(system_id, action, task_id)
     except Transient as exc:
         log.warning("%s: %s", action, exc)
-        err = retry_transient(self, exc, {"transient": transient})
+        err = retry_transient(self, exc, {"transient": transient, "waiting_since": waiting_since})
         store.update_task(task_id, **task_failure(err))
         raise err from None
     except FAILURES as exc:

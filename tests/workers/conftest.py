@@ -114,7 +114,11 @@ class Lab:
         self.iso_url = f"http://127.0.0.1:{port}"
 
     def start_kubesim(
-        self, vms: int = 3, import_seconds: float = 2.0, start_seconds: float = 0.5
+        self,
+        vms: int = 3,
+        import_seconds: float = 2.0,
+        start_seconds: float = 0.5,
+        stop_seconds: float = 0.3,
     ) -> None:
         port = free_port()
         self.procs.spawn(
@@ -122,7 +126,7 @@ class Lab:
             [
                 sys.executable, "-m", "lab.kubesim", "--bind", "127.0.0.1", "--port", str(port),
                 "--vms", str(vms), "--import-seconds", str(import_seconds),
-                "--start-seconds", str(start_seconds),
+                "--start-seconds", str(start_seconds), "--stop-seconds", str(stop_seconds),
             ],
             dict(os.environ, PYTHONUNBUFFERED="1"),
         )  # fmt: skip

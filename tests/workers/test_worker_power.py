@@ -11,6 +11,7 @@ from fleetfish.eventlog import EventLog
 from fleetfish.settings import Settings
 from tasks.power.reset import PowerError, run_power
 from tests.workers.conftest import NAMESPACE, system, wait_for
+from workers.errors import Transient
 from workers.kubevirt import KubeVirt
 
 VM0 = "ostest-master-0"
@@ -158,3 +159,50 @@ def test_a_start_that_never_runs_is_stopped_and_reported_after_the_bound(lab):
     assert len(failures) == 1, failures
     assert failures[0]["severity"] == "Critical"
     assert failures[0]["message"].startswith("Power-on failed: the VM did not run within 3 s")
+
+
+def test_power_on_while_the_last_shutdown_still_runs_starts_the_vm_once_it_ended(lab):
+    """Off then On back to back (Ironic's power cycle by two Resets, a quick client): the
+    stopping VMI is not "already on". The On waits for it to end, then starts the VM."""
+    lab.start_kubesim(vms=1, import_seconds=1, stop_seconds=3.0)
+    settings = Settings(
+        redis_url=lab.redis_url, kubeconfig=str(lab.tmp / "kubeconfig"), namespaces=(NAMESPACE,)
+    )
+    kv = KubeVirt.from_settings(settings)
+    try:
+
+        def power(action, task):
+            return run_power(kv, lab.store, settings, system(VM0), action, task)
+
+        power("On", lab.store.new_task("Reset On", system(VM0)))
+        wait_for(lambda: printable(lab) == "Running", 10, "Running")
+        assert power("GracefulShutdown", lab.store.new_task("Reset Off", system(VM0))) == (
+            "Shutting down"
+        )
+        task = lab.store.new_task("Reset On", system(VM0))
+        with pytest.raises(Transient, match="shutting down"):
+            power("On", task)  # a worker retries it shortly
+        wait_for(lambda: printable(lab) == "Stopped", 15, "the shutdown to end")
+        assert power("On", task) == "Powered on"
+        wait_for(lambda: printable(lab) == "Running", 10, "Running again")
+    finally:
+        kv.close()
+
+
+def test_a_worker_holds_a_power_on_until_the_last_shutdown_ended_then_boots_once(lab):
+    """The same back-to-back Off and On through the worker fleet: the On's task looks again
+    until the old run ended (not counted as a failure), then starts a new VMI."""
+    lab.start_kubesim(vms=1, import_seconds=1, stop_seconds=4.0)
+    lab.start_worker("w1")
+    task, _ = lab.reset(system(VM0), "On")
+    assert wait_for(lambda: lab.task_done(task), 30, "first On")["state"] == "Completed"
+    wait_for(lambda: printable(lab) == "Running", 10, "Running")
+    boots_before = len(lab.boots(VM0))
+    off, _ = lab.reset(system(VM0), "GracefulShutdown")
+    wait_for(lambda: lab.task_done(off), 30, "GracefulShutdown to end")
+    on, verdict = lab.reset(system(VM0), "On")
+    assert verdict == "run"
+    done = wait_for(lambda: lab.task_done(on), 60, "the second On to end")
+    assert done["state"] == "Completed" and done["message"] == "Powered on", done
+    wait_for(lambda: printable(lab) == "Running", 10, "Running again")
+    assert len(lab.boots(VM0)) == boots_before + 1
