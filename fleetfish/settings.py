@@ -24,6 +24,14 @@ class Settings:
     services use, tests build instances directly.
     """
 
+    def __post_init__(self) -> None:
+        if self.task_result_ttl <= self.import_timeout:
+            raise ValueError(
+                f"FLEETFISH_TASK_RESULT_TTL ({self.task_result_ttl} s) must be longer than "
+                f"FLEETFISH_IMPORT_TIMEOUT ({self.import_timeout} s): a Redfish task would "
+                "expire while its import still runs"
+            )
+
     redis_url: str = "redis://127.0.0.1:6379/0"
     # Redfish API
     bind: str = "127.0.0.1"
@@ -73,7 +81,11 @@ class Settings:
     worker_watch: bool = False
     # Celery
     visibility_timeout: int = 60
-    task_result_ttl: int = 86400
+    # Redfish tasks, Celery results and their markers: nothing reads a task back once it ended
+    # (sushy never polls the InsertMedia task; the event log keeps each system's story), so they
+    # only need to outlive the longest task. Redis holds about 13 KiB per provisioning cycle
+    # for this long.
+    task_result_ttl: int = 7200
     log_level: str = "INFO"
 
     @classmethod

@@ -60,6 +60,8 @@ from typing import Any
 
 import redis
 
+from fleetfish.settings import Settings
+
 PREFIX = "ff:"
 DEVICES = ("Cd",)
 PENDING_STATES = ("Starting", "Updating")
@@ -463,7 +465,7 @@ def _new_celery_id() -> str:
 class Store:
     """Typed access to the keys above. One instance per process; it holds no state of its own."""
 
-    def __init__(self, client: redis.Redis, task_ttl: int = 86400):
+    def __init__(self, client: redis.Redis, task_ttl: int = Settings.task_result_ttl):
         self.r = client
         self.task_ttl = task_ttl
         self._new_task = client.register_script(_NEW_TASK)
@@ -480,7 +482,7 @@ class Store:
         self._end_inflight = client.register_script(_END_INFLIGHT)
 
     @classmethod
-    def from_url(cls, url: str, task_ttl: int = 86400, **kwargs: Any) -> Store:
+    def from_url(cls, url: str, task_ttl: int = Settings.task_result_ttl, **kwargs: Any) -> Store:
         kwargs.setdefault("socket_timeout", 5)
         kwargs.setdefault("socket_connect_timeout", 2)
         kwargs.setdefault("health_check_interval", 30)
