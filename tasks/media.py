@@ -15,6 +15,7 @@ from celery import shared_task
 from fleetfish.mirror import split_system_id
 from tasks.power import end_power_task, watch_start
 from workers import runtime
+from workers.dvmirror import STALE_SECONDS, DvMirror
 from workers.kubevirt import KubeError, NotFound, Transient
 from workers.media import (
     credentials_secret,
@@ -114,57 +115,98 @@ def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None
     return dv
 
 
-def import_step(task, system_id, device, gen, image, task_id, started) -> dict | None:
-    """One poll of the import. Returns the result when done, None when it must poll again."""
+def _watched_dv(ns: str, name: str, started: float, fallback: dict) -> dict | None:
+    """The DataVolume as the watcher's DataVolume watch mirrors it; None once deleted.
+
+    Read from the cluster instead (at most every ``FLEETFISH_DV_FALLBACK_SECONDS``) when the namespace's
+    watch has shown no sign of life for ``STALE_SECONDS`` (no watcher, apiserver away), or
+    when the watch has not shown this DataVolume that long after its creation. Until then a
+    DataVolume the watch has not shown yet is pending: ``{}``.
+    """
+    mirrored, deleted, age = DvMirror(runtime.store().r).read(ns, name)
+    if deleted:
+        return None
+    fresh = age is not None and age <= STALE_SECONDS
+    if fresh and mirrored is not None:
+        return mirrored
+    if fresh and time.time() - started < STALE_SECONDS:
+        return {}
+    if time.time() - fallback.get("read_at", 0.0) < runtime.settings().dv_fallback_seconds:
+        return mirrored or {}
+    fallback["read_at"] = time.time()
+    log.info(
+        "DataVolume watch of %s %s: reading %s itself",
+        ns,
+        "never seen" if age is None else f"silent for {age:.0f} s",
+        name,
+    )
+    try:
+        return runtime.kube().get_dv(ns, name)
+    except NotFound:
+        return None
+
+
+def import_step(
+    task, system_id, device, gen, image, task_id, started, fallback: dict | None = None
+) -> dict | None:
+    """One look at the import. Returns the result when done, None when it must wait again.
+
+    The first look creates the DataVolume; later ones read the watcher's mirror of it
+    (``fallback`` keeps, across looks, when the DataVolume was last read from the cluster).
+    """
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
     ns, _ = split_system_id(system_id)
     name = dv_name(system_id, device, image, gen)
     if not store.update_media(system_id, device, gen, dv=name):
         return {"stale": True}
-    try:
-        dv = kv.get_dv(ns, name)
-    except NotFound:
-        dv = None
-    if dv is not None and (dv.get("metadata") or {}).get("deletionTimestamp"):
-        # Nothing of fleetfish deletes the current generation's volume: someone else did.
-        raise MediaError(f"DataVolume {name} was deleted while its import ran")
-    if dv is None:
-        if started is not None:
-            # An earlier poll of this import created it (``started`` is set after that poll).
-            raise MediaError(f"DataVolume {name} disappeared while its import ran")
+    if started is None:
+        # Created (or, on a redelivery, found) without a GET first: a create is one request.
         dv = _create_dv(system_id, device, gen, image)
         if dv is None:
             return {"stale": True}
-    status = import_status(dv)
-    if status.error:
+    else:
+        dv = _watched_dv(ns, name, started, fallback if fallback is not None else {})
+        if dv is None:
+            raise MediaError(f"DataVolume {name} disappeared while its import ran")
+    if dv and (dv.get("metadata") or {}).get("deletionTimestamp"):
+        # Nothing of fleetfish deletes the current generation's volume: someone else did.
+        raise MediaError(f"DataVolume {name} was deleted while its import ran")
+    status = import_status(dv) if dv else None
+    if status is not None and status.error:
         delete_dv(kv, dv)
         raise MediaError(status.error)
-    if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
-        return {"stale": True}
-    if status.done:
-        log.info("DataVolume %s imported system=%s", name, system_id)
-        return {"dv": name}
+    if status is not None:
+        if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
+            return {"stale": True}
+        if status.done:
+            log.info("DataVolume %s imported system=%s", name, system_id)
+            return {"dv": name}
     if started is not None and time.time() - started > conf.import_timeout:
-        delete_dv(kv, dv)
+        delete_dv(kv, dv or {"metadata": {"namespace": ns, "name": name}})
         raise MediaError(f"import of {image} did not finish within {conf.import_timeout} s")
     return None
 
 
 @shared_task(bind=True, name="media.import", max_retries=None, acks_late=True)
 @single_delivery
-def media_import(self, system_id, device, gen, image, task_id, started=None, transient=0):
-    """Create the DataVolume (or reuse it) and poll it until the import Succeeded."""
+def media_import(
+    self, system_id, device, gen, image, task_id, started=None, transient=0, read_at=0.0
+):
+    """Create the DataVolume (or reuse it) and wait on its mirror until the import Succeeded."""
     if runtime.settings().legacy_sequential:
         return legacy_import(self, system_id, device, gen, image, task_id)
     if _current(system_id, device, gen) is None:
         log.info("insert gen %s superseded, not importing", gen)
         return {"stale": True}
+    fallback = {"read_at": read_at or 0.0}
     kwargs = {"started": started, "transient": 0}
     try:
-        result = import_step(self, system_id, device, gen, image, task_id, started)
+        result = import_step(self, system_id, device, gen, image, task_id, started, fallback)
     except Transient as exc:
         log.warning("import of %s: %s", image, exc)
-        err = retry_transient(self, exc, {"started": started, "transient": transient})
+        err = retry_transient(
+            self, exc, {"started": started, "transient": transient, "read_at": fallback["read_at"]}
+        )
         _record_reason(system_id, device, gen, err)
         raise err from None
     except (MediaError, KubeError) as exc:
@@ -175,6 +217,7 @@ def media_import(self, system_id, device, gen, image, task_id, started=None, tra
         return result
     conf = runtime.settings()
     kwargs["started"] = started = started or time.time()
+    kwargs["read_at"] = fallback["read_at"]
     # The percentage this poll just recorded (import_step wrote it for this generation).
     progress = float(runtime.store().get_media(system_id, device).get("progress") or 0)
     delay = import_poll_delay(
@@ -364,9 +407,10 @@ def legacy_import(task, system_id, device, gen, image, task_id) -> dict:
         raise MediaError("timed out waiting for the legacy media lock")
     try:
         started = time.time()
+        fallback: dict = {}
         for attempt in range(int(conf.import_timeout / max(conf.import_poll_seconds, 0.1)) + 1):
             since = started if attempt else None  # the first poll creates the DataVolume
-            result = import_step(task, system_id, device, gen, image, task_id, since)
+            result = import_step(task, system_id, device, gen, image, task_id, since, fallback)
             if result is not None:
                 break
             if time.time() > deadline + conf.import_timeout:

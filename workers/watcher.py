@@ -22,7 +22,8 @@ from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
-from workers.kubevirt import VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
+from workers.dvmirror import DvMirror
+from workers.kubevirt import DV_PLURAL, VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
 
 log = logging.getLogger("fleetfish.watcher")
 
@@ -60,6 +61,7 @@ class Watcher:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stop_event = threading.Event()
         self.holding = False
+        self.dvs = DvMirror(store.r)
         self._renew = store.r.register_script(_RENEW)
         self._release = store.r.register_script(_RELEASE)
         self._lock = threading.Lock()
@@ -182,12 +184,13 @@ class Watcher:
         self._session_stop = threading.Event()
         try:
             vm_rvs, vmi_rvs = self.relist()
+            dv_rvs = self.relist_dvs()
         except KubeError as exc:
             log.warning("list failed, retrying: %s", exc)
             self.stop_event.wait(1.0)
             self._relist.set()
             return
-        for plural, versions in ((VM_PLURAL, vm_rvs), (VMI_PLURAL, vmi_rvs)):
+        for plural, versions in ((VM_PLURAL, vm_rvs), (VMI_PLURAL, vmi_rvs), (DV_PLURAL, dv_rvs)):
             for ns, rv in versions.items():
                 thread = threading.Thread(
                     target=self._watch_loop,
@@ -233,6 +236,19 @@ class Watcher:
         log.info("listed %d VMs and %d VMIs", len(vms), len(vmis))
         return vm_rvs, vmi_rvs
 
+    def relist_dvs(self) -> dict[str, str]:
+        """List fleetfish's DataVolumes and write their mirror (one marked deleted when it
+        went while nothing watched)."""
+        dvs, versions = self.kube.list_managed_dvs()
+        if self.holding:
+            for ns in versions:
+                in_ns = [
+                    d for d in dvs if not ns or (d.get("metadata") or {}).get("namespace") == ns
+                ]
+                self.dvs.replace(ns, in_ns)
+        log.info("listed %d DataVolumes", len(dvs))
+        return versions
+
     def _watch_loop(self, plural: str, ns: str, rv: str, session: threading.Event) -> None:
         failures = 0
         while not session.is_set() and not self.stop_event.is_set():
@@ -243,9 +259,13 @@ class Watcher:
                     obj = event["object"]
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self.apply(plural, event["type"], obj)
+                    if plural == DV_PLURAL and self.holding:
+                        self.dvs.alive(ns)  # events and bookmarks: the stream is live
                     # Only after the write: a failed write is replayed by the next watch.
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     failures = 0
+                if plural == DV_PLURAL and self.holding and not session.is_set():
+                    self.dvs.alive(ns)  # a stream that ran to its end saw everything until now
                 failures = 0
             except Gone:
                 log.info("%s watch expired (410): relisting", plural)
@@ -262,8 +282,16 @@ class Watcher:
                 session.wait(min(MAX_BACKOFF, 0.5 * 2**failures))
 
     def apply(self, plural: str, kind: str, obj: dict) -> None:
-        """One watch event -> the mirror document of the affected VM, written at once."""
+        """One watch event -> the mirror document of the affected VM (or the DataVolume's
+        hash), written at once."""
         key = _key(obj)
+        if plural == DV_PLURAL:
+            if self.holding:
+                if kind == "DELETED":
+                    self.dvs.deleted(*key)
+                else:
+                    self.dvs.put(obj)
+            return
         with self._lock:
             if plural == VM_PLURAL:
                 if kind == "DELETED":

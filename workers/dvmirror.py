@@ -1,0 +1,137 @@
+"""The DataVolume mirror: what the watcher's DataVolume watch saw, in Redis, for the import.
+
+The watcher writes one hash per fleetfish DataVolume (``ff:dv:{namespace}/{name}``: phase,
+progress, restart count, conditions, deletion) and, per namespace, when its DataVolume watch
+last showed a sign of life (``ff:dv:alive``). ``media.import`` reads the hash instead of GETting
+the DataVolume; when the namespace's watch has been silent for longer than ``STALE_SECONDS`` (no
+watcher holds the lease, the apiserver is away) the import falls back to a GET, at most every
+``FLEETFISH_DV_FALLBACK_SECONDS`` (15 s).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from redis import Redis
+
+KEY_PREFIX = "ff:dv:"
+KEY_ALIVE = "ff:dv:alive"
+# Every healthy watch stream ends (and is opened again) within WATCH_SECONDS (30 s) and the
+# apiserver sends bookmarks meanwhile; twice that without a sign of life: the mirror is stale.
+STALE_SECONDS = 60.0
+# A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
+DELETED_TTL_SECONDS = 24 * 3600
+
+
+def _key(dv: dict) -> tuple[str, str]:
+    meta = dv.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def key_dv(ns: str, name: str) -> str:
+    return f"{KEY_PREFIX}{ns}/{name}"
+
+
+def mirror_fields(dv: dict) -> dict[str, str]:
+    """The fields of a DataVolume the import looks at, as a Redis hash."""
+    meta = dv.get("metadata") or {}
+    status = dv.get("status") or {}
+    conditions = [
+        {k: c[k] for k in ("type", "status", "reason", "message") if c.get(k)}
+        for c in status.get("conditions") or []
+    ]
+    return {
+        "phase": str(status.get("phase") or ""),
+        "progress": str(status.get("progress") or ""),
+        "restarts": str(int(status.get("restartCount") or 0)),
+        "conditions": json.dumps(conditions, separators=(",", ":"), sort_keys=True),
+        "deleting": "1" if meta.get("deletionTimestamp") else "",
+        "deleted": "",
+        "secret": str(
+            (((dv.get("spec") or {}).get("source") or {}).get("http") or {}).get("secretRef") or ""
+        ),
+    }
+
+
+def as_dv(ns: str, name: str, fields: dict[str, str]) -> dict:
+    """A DataVolume-shaped dict from a mirror hash (what ``import_status`` and ``delete_dv``
+    read)."""
+    meta: dict = {"namespace": ns, "name": name}
+    if fields.get("deleting"):
+        meta["deletionTimestamp"] = "mirrored"
+    try:
+        conditions = json.loads(fields.get("conditions") or "[]")
+    except ValueError:
+        conditions = []
+    dv = {
+        "metadata": meta,
+        "status": {
+            "phase": fields.get("phase", ""),
+            "progress": fields.get("progress", ""),
+            "restartCount": int(fields.get("restarts") or 0),
+            "conditions": conditions,
+        },
+    }
+    if fields.get("secret"):
+        dv["spec"] = {"source": {"http": {"secretRef": fields["secret"]}}}
+    return dv
+
+
+class DvMirror:
+    """Reads and writes of the mirror; the watcher writes, ``media.import`` reads."""
+
+    def __init__(self, r: Redis):
+        self.r = r
+
+    # -- the watcher -------------------------------------------------------------------------
+
+    def put(self, dv: dict) -> None:
+        key = key_dv(*_key(dv))
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping=mirror_fields(dv))
+        pipe.persist(key)
+        pipe.execute()
+
+    def deleted(self, ns: str, name: str) -> None:
+        key = key_dv(ns, name)
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping={"deleted": "1", "deleting": "1"})
+        pipe.expire(key, DELETED_TTL_SECONDS)
+        pipe.execute()
+
+    def replace(self, ns: str, dvs: list[dict]) -> None:
+        """After a list of namespace ``ns`` ("" = all): every listed DataVolume written, every
+        mirrored one not listed (it went while no watch ran) marked deleted."""
+        listed = {_key(dv) for dv in dvs}
+        for key in self.r.scan_iter(match=f"{KEY_PREFIX}{ns or '*'}/*", count=500):
+            key = key.decode() if isinstance(key, bytes) else key
+            found = tuple(key[len(KEY_PREFIX) :].split("/", 1))
+            if found not in listed and not self.r.hget(key, "deleted"):
+                self.deleted(*found)
+        for dv in dvs:
+            self.put(dv)
+        self.alive(ns)
+
+    def alive(self, ns: str, now: float | None = None) -> None:
+        self.r.hset(KEY_ALIVE, ns, f"{now or time.time():.3f}")
+
+    # -- the import --------------------------------------------------------------------------
+
+    def read(self, ns: str, name: str) -> tuple[dict | None, bool, float | None]:
+        """(the DataVolume as mirrored or None, its deletion seen, seconds since the namespace's
+        watch last showed a sign of life; None when it never did)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(key_dv(ns, name))
+        # A watcher configured for all namespaces keeps its mark under "".
+        pipe.hmget(KEY_ALIVE, [ns, ""])
+        fields, marks = pipe.execute()
+        alive = max((float(m) for m in marks if m), default=None)
+        fields = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in (fields or {}).items()
+        }
+        age = None if alive is None else max(0.0, time.time() - alive)
+        if not fields:
+            return None, False, age
+        return as_dv(ns, name, fields), bool(fields.get("deleted")), age
