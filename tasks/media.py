@@ -7,6 +7,7 @@ no worker slot is held while CDI works. See docs/media-pipeline.md.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -15,6 +16,7 @@ from celery import shared_task
 from fleetfish.mirror import split_system_id
 from tasks.power import end_power_task, watch_start
 from workers import runtime
+from workers.boot import boot_mutator
 from workers.dvmirror import STALE_SECONDS, DvMirror
 from workers.kubevirt import KubeError, NotFound, Transient
 from workers.media import (
@@ -32,7 +34,7 @@ from workers.media import (
     storage_size,
     vmi_volume_ready,
 )
-from workers.power import PowerError, run_power
+from workers.power import PowerError, run_power, vm_has_no_vmi
 from workers.taskutil import device_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
@@ -242,11 +244,26 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
         if not store.update_media(system_id, device, gen, state="Updating"):
             return True, {"stale": True}
         store.update_task(task_id, state="Running", percent=92, message="Attaching virtual media")
+    override = store.get_boot(system_id)
+
+    def attach(obj: dict) -> bool:
+        changed = set_cdrom_volume(obj, conf.cdrom_disk, dv)
+        if vm_has_no_vmi(obj):
+            # One PUT for both: the boot order a stopped VM gets anyway (boot.apply, the next
+            # power-on) goes with the cdrom. A bad override is left to the power-on to report.
+            before = copy.deepcopy(obj)
+            try:
+                boot_mutator(override, conf.cdrom_disk)(obj)
+            except ValueError:
+                obj.clear()
+                obj.update(before)
+        return changed or None
+
     with device_lock(store.r, system_id, device):
         if _current(system_id, device, gen) is None:
             return True, {"stale": True}
-        kv.update_vm(ns, vm, lambda obj: set_cdrom_volume(obj, conf.cdrom_disk, dv))
-    vmi = kv.get_vmi(ns, vm)
+        stored = kv.update_vm(ns, vm, attach)
+    vmi = None if vm_has_no_vmi(stored) else kv.get_vmi(ns, vm)
     if vmi and (vmi.get("status") or {}).get("phase") == "Running":
         if not vmi_volume_ready(vmi, conf.cdrom_disk, dv):
             return False, {}
@@ -254,7 +271,7 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
         return True, {"stale": True}
     with device_lock(store.r, system_id, device):
         if _current(system_id, device, gen) is not None:
-            delete_device_dvs(kv, system_id, device, below_gen=gen)
+            delete_device_dvs(kv, system_id, device, below_gen=gen, mirror=DvMirror(store.r))
     log.info("DataVolume %s attached to %s", dv, conf.cdrom_disk)
     return True, {"dv": dv, "attached": True}
 

@@ -17,6 +17,11 @@ from redis import Redis
 
 KEY_PREFIX = "ff:dv:"
 KEY_ALIVE = "ff:dv:alive"
+# Per VM and device, the mirrored DataVolumes' generations: lets a cleanup skip its LIST.
+KEY_DEVICE = "ff:dvdev:"
+LABEL_SYSTEM = "fleetfish.io/system"
+LABEL_DEVICE = "fleetfish.io/device"
+LABEL_GEN = "fleetfish.io/media-gen"
 # Every healthy watch stream ends (and is opened again) within WATCH_SECONDS (30 s) and the
 # apiserver sends bookmarks meanwhile; twice that without a sign of life: the mirror is stale.
 STALE_SECONDS = 60.0
@@ -31,6 +36,23 @@ def _key(dv: dict) -> tuple[str, str]:
 
 def key_dv(ns: str, name: str) -> str:
     return f"{KEY_PREFIX}{ns}/{name}"
+
+
+def key_device(ns: str, system_label: str, device: str) -> str:
+    return f"{KEY_DEVICE}{ns}/{system_label}/{device}"
+
+
+def _device_key(dv: dict) -> str | None:
+    meta = dv.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not labels.get(LABEL_SYSTEM) or not labels.get(LABEL_DEVICE):
+        return None
+    return key_device(meta.get("namespace", ""), labels[LABEL_SYSTEM], labels[LABEL_DEVICE])
+
+
+def _generation(dv: dict) -> str:
+    value = str(((dv.get("metadata") or {}).get("labels") or {}).get(LABEL_GEN, ""))
+    return value if value.isdigit() else "0"
 
 
 def mirror_fields(dv: dict) -> dict[str, str]:
@@ -87,17 +109,27 @@ class DvMirror:
     # -- the watcher -------------------------------------------------------------------------
 
     def put(self, dv: dict) -> None:
-        key = key_dv(*_key(dv))
+        ns, name = _key(dv)
+        key = key_dv(ns, name)
+        fields = mirror_fields(dv)
+        device = _device_key(dv)
+        if device:
+            fields["device_key"] = device
         pipe = self.r.pipeline(transaction=False)
-        pipe.hset(key, mapping=mirror_fields(dv))
+        pipe.hset(key, mapping=fields)
         pipe.persist(key)
+        if device:
+            pipe.hset(device, name, _generation(dv))
         pipe.execute()
 
     def deleted(self, ns: str, name: str) -> None:
         key = key_dv(ns, name)
+        device = self.r.hget(key, "device_key")
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(key, mapping={"deleted": "1", "deleting": "1"})
         pipe.expire(key, DELETED_TTL_SECONDS)
+        if device:
+            pipe.hdel(device, name)
         pipe.execute()
 
     def replace(self, ns: str, dvs: list[dict]) -> None:
@@ -116,7 +148,18 @@ class DvMirror:
     def alive(self, ns: str, now: float | None = None) -> None:
         self.r.hset(KEY_ALIVE, ns, f"{now or time.time():.3f}")
 
-    # -- the import --------------------------------------------------------------------------
+    # -- the workers -------------------------------------------------------------------------
+
+    def fresh(self, ns: str) -> bool:
+        """The namespace's DataVolume watch showed a sign of life within ``STALE_SECONDS``."""
+        marks = self.r.hmget(KEY_ALIVE, [ns, ""])
+        alive = max((float(m) for m in marks if m), default=None)
+        return alive is not None and time.time() - alive <= STALE_SECONDS
+
+    def device_generations(self, ns: str, system_label: str, device: str) -> dict[str, int]:
+        """{DataVolume name: media generation} of one VM's device, as mirrored."""
+        found = self.r.hgetall(key_device(ns, system_label, device)) or {}
+        return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in found.items()}
 
     def read(self, ns: str, name: str) -> tuple[dict | None, bool, float | None]:
         """(the DataVolume as mirrored or None, its deletion seen, seconds since the namespace's

@@ -223,16 +223,24 @@ class KubeVirt:
                 _request_timeout=REQUEST_TIMEOUT,
             )
 
-    def update_vm(self, ns: str, name: str, mutate: Callable[[dict], bool | None]) -> dict:
+    def update_vm(
+        self,
+        ns: str,
+        name: str,
+        mutate: Callable[[dict], bool | None],
+        current: dict | None = None,
+    ) -> dict:
         """Read-modify-PUT a VM, retried on 409 (bounded, ``UPDATE_ATTEMPTS``).
 
         ``mutate`` edits the VM in place and returns False when nothing needs writing (then no
-        PUT happens). Returns the VM as stored. Raises NotFound, Invalid, Transient, Conflict
-        after the last attempt.
+        PUT happens). ``current``, a VM the caller has just read, saves the first GET: the PUT
+        carries its resourceVersion, so a VM changed since answers 409 and is read again.
+        Returns the VM as stored. Raises NotFound, Invalid, Transient, Conflict after the last
+        attempt.
         """
         last: Conflict | None = None
-        for _ in range(UPDATE_ATTEMPTS):
-            vm = self.get_vm(ns, name)
+        for attempt in range(UPDATE_ATTEMPTS):
+            vm = current if attempt == 0 and current is not None else self.get_vm(ns, name)
             edited = copy.deepcopy(vm)
             if mutate(edited) is False or edited == vm:
                 return vm

@@ -16,6 +16,7 @@ import requests
 
 from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
+from workers.dvmirror import DvMirror
 from workers.kubevirt import AlreadyExists, KubeVirt
 
 log = logging.getLogger("fleetfish.worker")
@@ -307,14 +308,22 @@ def delete_dv(kv: KubeVirt, dv: dict) -> bool:
     return deleted
 
 
-def delete_device_dvs(kv: KubeVirt, system_id: str, device: str, below_gen: int) -> list[str]:
+def delete_device_dvs(
+    kv: KubeVirt, system_id: str, device: str, below_gen: int, mirror: DvMirror | None = None
+) -> list[str]:
     """Delete the system's fleetfish DataVolumes of ``device`` created for a media generation
     older than ``below_gen`` (and their credential Secrets); their names.
 
     Never a newer generation's: whatever order the tasks of several inserts and ejects run in,
-    the volume of the latest insert is left alone.
+    the volume of the latest insert is left alone. With a ``mirror`` whose watch is live and
+    shows no older generation of the device, nothing is listed (a DataVolume created before
+    this generation's import began has been in the watch for seconds by now).
     """
     ns, _ = split_system_id(system_id)
+    if mirror is not None and mirror.fresh(ns):
+        mirrored = mirror.device_generations(ns, system_label(system_id), device)
+        if all(gen >= below_gen for gen in mirrored.values()):
+            return []
     deleted = []
     for dv in kv.list_dvs(ns, device_selector(system_id, device)):
         meta = dv.get("metadata") or {}
