@@ -105,6 +105,10 @@ class DvMirror:
 
     def __init__(self, r: Redis):
         self.r = r
+        # The watcher's side: what it last wrote per DataVolume and when it last stamped each
+        # namespace, so repeated events (bookmarks, unchanged status) cost no Redis call.
+        self._written: dict[str, dict[str, str]] = {}
+        self._stamped: dict[str, float] = {}
 
     # -- the watcher -------------------------------------------------------------------------
 
@@ -115,15 +119,19 @@ class DvMirror:
         device = _device_key(dv)
         if device:
             fields["device_key"] = device
+        if self._written.get(key) == fields:
+            return
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(key, mapping=fields)
         pipe.persist(key)
         if device:
             pipe.hset(device, name, _generation(dv))
         pipe.execute()
+        self._written[key] = fields
 
     def deleted(self, ns: str, name: str) -> None:
         key = key_dv(ns, name)
+        self._written.pop(key, None)
         device = self.r.hget(key, "device_key")
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(key, mapping={"deleted": "1", "deleting": "1"})
@@ -136,6 +144,7 @@ class DvMirror:
         """After a list of namespace ``ns`` ("" = all): every listed DataVolume written, every
         mirrored one not listed (it went while no watch ran) marked deleted."""
         listed = {_key(dv) for dv in dvs}
+        self._written.clear()  # another holder may have written meanwhile: write all again
         for key in self.r.scan_iter(match=f"{KEY_PREFIX}{ns or '*'}/*", count=500):
             key = key.decode() if isinstance(key, bytes) else key
             found = tuple(key[len(KEY_PREFIX) :].split("/", 1))
@@ -145,8 +154,13 @@ class DvMirror:
             self.put(dv)
         self.alive(ns)
 
-    def alive(self, ns: str, now: float | None = None) -> None:
-        self.r.hset(KEY_ALIVE, ns, f"{now or time.time():.3f}")
+    def alive(self, ns: str, every: float = 0.0) -> None:
+        """Stamp the namespace's watch as live (not again within ``every`` seconds)."""
+        now = time.time()
+        if now - self._stamped.get(ns, 0.0) < every:
+            return
+        self.r.hset(KEY_ALIVE, ns, f"{now:.3f}")
+        self._stamped[ns] = now
 
     # -- the workers -------------------------------------------------------------------------
 

@@ -260,7 +260,8 @@ class Watcher:
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self.apply(plural, event["type"], obj)
                     if plural == DV_PLURAL and self.holding:
-                        self.dvs.alive(ns)  # events and bookmarks: the stream is live
+                        # Events and bookmarks: the stream is live (a stamp a second will do).
+                        self.dvs.alive(ns, every=1.0)
                     # Only after the write: a failed write is replayed by the next watch.
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     failures = 0
