@@ -12,6 +12,7 @@ import logging
 import time
 
 from celery import shared_task
+from kombu.utils.json import dumps as json_dumps
 
 from fleetfish.mirror import split_system_id
 from tasks.power import end_power_task, watch_start
@@ -27,6 +28,7 @@ from workers.media import (
     dv_name,
     ensure_dv,
     head_content_length,
+    import_ended,
     import_poll_delay,
     import_status,
     remove_cdrom_volume,
@@ -229,7 +231,35 @@ def media_import(
         conf.import_poll_max_seconds,
         conf.visibility_timeout,
     )
-    raise self.retry(countdown=delay, kwargs=kwargs)
+    name = dv_name(system_id, device, image, gen)
+    raise self.retry(countdown=_await_wake(self, system_id, name, kwargs, delay), kwargs=kwargs)
+
+
+def _await_wake(task, system_id: str, name: str, kwargs: dict, delay: float) -> float:
+    """Countdown of the import's next look. While the DataVolume watch is live, the watcher
+    sends that look as soon as the import ends (registered here as a Celery signature): the
+    look scheduled meanwhile comes only after a third of the visibility timeout (the longest
+    countdown Redis keeps without delivering it twice), in case that send is lost. A duplicate
+    of a look already run is dropped by ``single_delivery``."""
+    conf = runtime.settings()
+    ns, _ = split_system_id(system_id)
+    mirror = DvMirror(runtime.store().r)
+    if not task.request.id or task.request.called_directly or not mirror.fresh(ns):
+        return delay
+    longest = max(delay, conf.visibility_timeout / 3)
+    look = task.signature_from_request(
+        task.request, task.request.args, kwargs, retries=task.request.retries + 1
+    )
+    try:
+        payload = json_dumps(dict(look))
+    except (TypeError, ValueError) as exc:  # nothing to register: poll as without a watch
+        log.info("import of %s polls: %s", name, exc)
+        return delay
+    mirror.register_wake(ns, name, payload, ttl=longest + conf.visibility_timeout)
+    dv, deleted, _ = mirror.read(ns, name)
+    if (deleted or (dv is not None and import_ended(dv))) and mirror.take_wake(ns, name):
+        return conf.import_poll_seconds  # it ended before the watcher could see the look
+    return longest
 
 
 def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from redis import Redis
 
 KEY_PREFIX = "ff:dv:"
 KEY_ALIVE = "ff:dv:alive"
+# The next look of an import waiting on a DataVolume, as a Celery signature: the watcher sends
+# it as soon as the DataVolume's import ends, instead of the import polling for the end.
+KEY_WAKE = "ff:dvwake:"
 # Per VM and device, the mirrored DataVolumes' generations: lets a cleanup skip its LIST.
 KEY_DEVICE = "ff:dvdev:"
 LABEL_SYSTEM = "fleetfish.io/system"
@@ -27,6 +31,22 @@ LABEL_GEN = "fleetfish.io/media-gen"
 STALE_SECONDS = 60.0
 # A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
 DELETED_TTL_SECONDS = 24 * 3600
+
+
+def wake_sender(settings) -> Callable[[str], None]:
+    """Sends a registered look (a JSON Celery signature) over a client-only Celery app."""
+    from celery import Celery
+    from kombu.utils.json import loads
+
+    from fleetfish.celery_config import celery_config
+
+    app = Celery("fleetfish-dv-wake")
+    app.conf.update(celery_config(settings))
+
+    def send(payload: str) -> None:
+        app.signature(loads(payload)).apply_async()
+
+    return send
 
 
 def _key(dv: dict) -> tuple[str, str]:
@@ -105,6 +125,7 @@ class DvMirror:
 
     def __init__(self, r: Redis):
         self.r = r
+        self.send_wake: Callable[[str], None] | None = None
         # The watcher's side: what it last wrote per DataVolume and when it last stamped each
         # namespace, so repeated events (bookmarks, unchanged status) cost no Redis call.
         self._written: dict[str, dict[str, str]] = {}
@@ -162,7 +183,18 @@ class DvMirror:
         self.r.hset(KEY_ALIVE, ns, f"{now:.3f}")
         self._stamped[ns] = now
 
+    def take_wake(self, ns: str, name: str) -> str | None:
+        """The waiting import's next look registered for this DataVolume (taken: sent once)."""
+        pipe = self.r.pipeline()
+        pipe.get(f"{KEY_WAKE}{ns}/{name}")
+        pipe.delete(f"{KEY_WAKE}{ns}/{name}")
+        payload, _ = pipe.execute()
+        return payload.decode() if isinstance(payload, bytes) else payload
+
     # -- the workers -------------------------------------------------------------------------
+
+    def register_wake(self, ns: str, name: str, payload: str, ttl: float) -> None:
+        self.r.set(f"{KEY_WAKE}{ns}/{name}", payload, ex=max(1, int(ttl)))
 
     def fresh(self, ns: str) -> bool:
         """The namespace's DataVolume watch showed a sign of life within ``STALE_SECONDS``."""

@@ -167,6 +167,14 @@ def import_status(dv: dict) -> ImportStatus:
     return ImportStatus(phase, progress, False, "")
 
 
+def import_ended(dv: dict) -> bool:
+    """The DataVolume's import is over, one way or another (succeeded, failed for good, being
+    deleted): what an import waiting on it looks for."""
+    status = import_status(dv)
+    deleting = bool((dv.get("metadata") or {}).get("deletionTimestamp"))
+    return status.done or bool(status.error) or deleting
+
+
 def import_poll_delay(
     progress: float | None, elapsed: float, base: float, cap: float, visibility_timeout: float
 ) -> float:

@@ -22,8 +22,9 @@ from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
-from workers.dvmirror import DvMirror
+from workers.dvmirror import DvMirror, wake_sender
 from workers.kubevirt import DV_PLURAL, VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
+from workers.media import import_ended
 
 log = logging.getLogger("fleetfish.watcher")
 
@@ -175,6 +176,7 @@ class Watcher:
         )
         if not self.settings.legacy_sequential:
             self.send_chord = send_chord
+            self.dvs.send_wake = wake_sender(self.settings)
 
     # -- sync session ------------------------------------------------------------------------
 
@@ -292,6 +294,8 @@ class Watcher:
                     self.dvs.deleted(*key)
                 else:
                     self.dvs.put(obj)
+                if kind == "DELETED" or import_ended(obj):
+                    self._wake(*key)
             return
         with self._lock:
             if plural == VM_PLURAL:
@@ -315,6 +319,17 @@ class Watcher:
                     self._log_boot(key, obj)
             elif plural == VM_PLURAL and kind == "DELETED":
                 self.store.delete_system(system_id(*key))
+
+    def _wake(self, ns: str, name: str) -> None:
+        """The import waiting on this DataVolume looks now, not at its next scheduled look."""
+        if self.dvs.send_wake is None:
+            return
+        try:
+            payload = self.dvs.take_wake(ns, name)
+            if payload:
+                self.dvs.send_wake(payload)
+        except Exception as exc:  # noqa: BLE001 - the import's own next look still comes
+            log.warning("could not wake the import of %s/%s: %s", ns, name, exc)
 
     def _doc(self, key: tuple[str, str], vm: dict) -> dict:
         """The mirror document of a VM, with the sizes of the claims behind its disks (a claim

@@ -4,6 +4,8 @@ DataVolume themselves."""
 
 from __future__ import annotations
 
+import time
+
 import requests
 
 from tests.workers.conftest import NAMESPACE, system, wait_for
@@ -104,3 +106,21 @@ def test_failed_import_is_seen_through_the_watch(lab):
     assert "404" in lab.store.get_media(sid)["message"]
     wait_for(lambda: lab.dvs() == [], 10, "the failed DataVolume deleted")
     assert dv_gets(lab) == gets, "the import read the DataVolume instead of the watch's mirror"
+
+
+def test_the_watch_wakes_an_import_as_soon_as_it_ends(lab):
+    lab.start_kubesim(vms=1, import_seconds=2)
+    lab.start_watcher()
+    # The import's own next look is 40 s away (a third of the visibility timeout): only the
+    # watcher's wake-up can end it sooner.
+    lab.start_worker(
+        "w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK, FLEETFISH_VISIBILITY_TIMEOUT="120"
+    )
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    sid = system(VM0)
+    started = time.monotonic()
+    task = lab.insert(sid, lab.iso())
+    ended = wait_for(lambda: lab.task_done(task), 30, "the insert to complete")
+    assert ended["state"] == "Completed", ended
+    assert time.monotonic() - started < 20
+    assert lab.store.get_media(sid)["attached"] == "1"
