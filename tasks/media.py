@@ -32,6 +32,7 @@ from workers.media import (
     import_poll_delay,
     import_status,
     remove_cdrom_volume,
+    report_import_progress,
     set_cdrom_volume,
     storage_size,
     vmi_volume_ready,
@@ -45,7 +46,6 @@ log = logging.getLogger("fleetfish.worker")
 ATTACH_TIMEOUT = 300.0
 # Legacy mode: one fleet-wide lock for the whole import + attach, as the old service did.
 LEGACY_LOCK = "ff:lock:legacy-media"
-IMPORT_PERCENT_SHARE = 90
 
 
 class MediaError(Exception):
@@ -63,18 +63,11 @@ def _record_reason(system_id: str, device: str, gen: int, exc: BaseException) ->
 
 
 def _report_progress(task, system_id, device, gen, task_id, image, pct: float | None) -> bool:
-    store = runtime.store()
     shown = 0.0 if pct is None else pct
-    if not store.update_media(system_id, device, gen, progress=f"{shown:.1f}"):
+    if not report_import_progress(
+        runtime.store(), runtime.events(), system_id, device, gen, task_id, image, shown
+    ):
         return False
-    name = image.rsplit("/", 1)[-1]
-    store.update_task(
-        task_id,
-        state="Running",
-        percent=int(shown * IMPORT_PERCENT_SHARE / 100),
-        message=f"Importing {name}: {shown:.1f}%",
-    )
-    runtime.events().import_progress(system_id, device, gen, name, shown)
     if task.request.id and not task.request.called_directly:
         task.update_state(state="PROGRESS", meta={"system": system_id, "progress": shown})
     return True
@@ -231,18 +224,20 @@ def media_import(
         conf.import_poll_max_seconds,
         conf.visibility_timeout,
     )
-    name = dv_name(system_id, device, image, gen)
-    raise self.retry(countdown=_await_wake(self, system_id, name, kwargs, delay), kwargs=kwargs)
+    delay = _await_wake(self, (system_id, device, gen, image, task_id), kwargs, delay)
+    raise self.retry(countdown=delay, kwargs=kwargs)
 
 
-def _await_wake(task, system_id: str, name: str, kwargs: dict, delay: float) -> float:
+def _await_wake(task, import_args: tuple, kwargs: dict, delay: float) -> float:
     """Countdown of the import's next look. While the DataVolume watch is live, the watcher
     sends that look as soon as the import ends (registered here as a Celery signature): the
     look scheduled meanwhile comes only after a third of the visibility timeout (the longest
     countdown Redis keeps without delivering it twice), in case that send is lost. A duplicate
     of a look already run is dropped by ``single_delivery``."""
     conf = runtime.settings()
+    system_id, device, gen, image, task_id = import_args
     ns, _ = split_system_id(system_id)
+    name = dv_name(system_id, device, image, gen)
     mirror = DvMirror(runtime.store().r)
     if not task.request.id or task.request.called_directly or not mirror.fresh(ns):
         return delay
@@ -255,7 +250,15 @@ def _await_wake(task, system_id: str, name: str, kwargs: dict, delay: float) -> 
     except (TypeError, ValueError) as exc:  # nothing to register: poll as without a watch
         log.info("import of %s polls: %s", name, exc)
         return delay
-    mirror.register_wake(ns, name, payload, ttl=longest + conf.visibility_timeout)
+    # What the watcher needs to show the import's progress meanwhile (there are few looks).
+    progress = {
+        "system_id": system_id,
+        "device": device,
+        "gen": str(gen),
+        "task_id": task_id,
+        "image": image,
+    }
+    mirror.register_wake(ns, name, payload, progress, ttl=longest + conf.visibility_timeout)
     dv, deleted, _ = mirror.read(ns, name)
     if (deleted or (dv is not None and import_ended(dv))) and mirror.take_wake(ns, name):
         return conf.import_poll_seconds  # it ended before the watcher could see the look

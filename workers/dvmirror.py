@@ -186,15 +186,29 @@ class DvMirror:
     def take_wake(self, ns: str, name: str) -> str | None:
         """The waiting import's next look registered for this DataVolume (taken: sent once)."""
         pipe = self.r.pipeline()
-        pipe.get(f"{KEY_WAKE}{ns}/{name}")
+        pipe.hget(f"{KEY_WAKE}{ns}/{name}", "look")
         pipe.delete(f"{KEY_WAKE}{ns}/{name}")
         payload, _ = pipe.execute()
         return payload.decode() if isinstance(payload, bytes) else payload
 
+    def waiting_import(self, ns: str, name: str) -> dict | None:
+        """(system_id, device, gen, task_id, image) of the import waiting on this DataVolume."""
+        raw = self.r.hget(f"{KEY_WAKE}{ns}/{name}", "progress")
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
     # -- the workers -------------------------------------------------------------------------
 
-    def register_wake(self, ns: str, name: str, payload: str, ttl: float) -> None:
-        self.r.set(f"{KEY_WAKE}{ns}/{name}", payload, ex=max(1, int(ttl)))
+    def register_wake(
+        self, ns: str, name: str, payload: str, progress: dict[str, str], ttl: float
+    ) -> None:
+        key = f"{KEY_WAKE}{ns}/{name}"
+        pipe = self.r.pipeline()
+        pipe.hset(key, mapping={"look": payload, "progress": json.dumps(progress)})
+        pipe.expire(key, max(1, int(ttl)))
+        pipe.execute()
 
     def fresh(self, ns: str) -> bool:
         """The namespace's DataVolume watch showed a sign of life within ``STALE_SECONDS``."""

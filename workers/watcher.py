@@ -24,7 +24,7 @@ from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
 from workers.dvmirror import DvMirror, wake_sender
 from workers.kubevirt import DV_PLURAL, VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
-from workers.media import import_ended
+from workers.media import import_ended, import_status, report_import_progress
 
 log = logging.getLogger("fleetfish.watcher")
 
@@ -63,6 +63,8 @@ class Watcher:
         self.stop_event = threading.Event()
         self.holding = False
         self.dvs = DvMirror(store.r)
+        # Last import progress shown per DataVolume (from its watch events).
+        self._progress: dict[tuple[str, str], float] = {}
         self._renew = store.r.register_script(_RENEW)
         self._release = store.r.register_script(_RELEASE)
         self._lock = threading.Lock()
@@ -296,6 +298,8 @@ class Watcher:
                     self.dvs.put(obj)
                 if kind == "DELETED" or import_ended(obj):
                     self._wake(*key)
+                else:
+                    self._show_progress(key, obj)
             return
         with self._lock:
             if plural == VM_PLURAL:
@@ -320,11 +324,25 @@ class Watcher:
             elif plural == VM_PLURAL and kind == "DELETED":
                 self.store.delete_system(system_id(*key))
 
+    def _show_progress(self, key: tuple[str, str], dv: dict) -> None:
+        """The progress of an import waiting for its wake-up, shown as its own looks would."""
+        pct = import_status(dv).progress
+        if pct is None or self._progress.get(key) == pct:
+            return
+        self._progress[key] = pct
+        try:
+            waiting = self.dvs.waiting_import(*key)
+            if waiting:
+                report_import_progress(self.store, self.events, shown=pct, **waiting)
+        except Exception as exc:  # noqa: BLE001 - progress is cosmetic, the import goes on
+            log.warning("could not show the progress of %s/%s: %s", *key, exc)
+
     def _wake(self, ns: str, name: str) -> None:
         """The import waiting on this DataVolume looks now, not at its next scheduled look."""
         if self.dvs.send_wake is None:
             return
         try:
+            self._progress.pop((ns, name), None)
             payload = self.dvs.take_wake(ns, name)
             if payload:
                 self.dvs.send_wake(payload)

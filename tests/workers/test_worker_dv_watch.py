@@ -109,7 +109,7 @@ def test_failed_import_is_seen_through_the_watch(lab):
 
 
 def test_the_watch_wakes_an_import_as_soon_as_it_ends(lab):
-    lab.start_kubesim(vms=1, import_seconds=2)
+    lab.start_kubesim(vms=1, import_seconds=4)
     lab.start_watcher()
     # The import's own next look is 40 s away (a third of the visibility timeout): only the
     # watcher's wake-up can end it sooner.
@@ -120,6 +120,9 @@ def test_the_watch_wakes_an_import_as_soon_as_it_ends(lab):
     sid = system(VM0)
     started = time.monotonic()
     task = lab.insert(sid, lab.iso())
+    # Meanwhile its progress shows, from the watch alone.
+    wait_for(lambda: 0 < float(lab.store.get_media(sid)["progress"] or 0) < 100, 10, "progress")
+    assert int(lab.task(task)["percent"]) > 0
     ended = wait_for(lambda: lab.task_done(task), 30, "the insert to complete")
     assert ended["state"] == "Completed", ended
     assert time.monotonic() - started < 20
