@@ -29,6 +29,9 @@ LABEL_GEN = "fleetfish.io/media-gen"
 # Every healthy watch stream ends (and is opened again) within WATCH_SECONDS (30 s) and the
 # apiserver sends bookmarks meanwhile; twice that without a sign of life: the mirror is stale.
 STALE_SECONDS = 60.0
+# A change of progress alone is written at most this often per DataVolume (CDI updates it
+# every few seconds; the import's progress shown to users does not need more).
+PROGRESS_SECONDS = 2.0
 # A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
 DELETED_TTL_SECONDS = 24 * 3600
 
@@ -129,6 +132,7 @@ class DvMirror:
         # The watcher's side: what it last wrote per DataVolume and when it last stamped each
         # namespace, so repeated events (bookmarks, unchanged status) cost no Redis call.
         self._written: dict[str, dict[str, str]] = {}
+        self._written_at: dict[str, float] = {}
         self._stamped: dict[str, float] = {}
 
     # -- the watcher -------------------------------------------------------------------------
@@ -140,7 +144,15 @@ class DvMirror:
         device = _device_key(dv)
         if device:
             fields["device_key"] = device
-        if self._written.get(key) == fields:
+        last = self._written.get(key)
+        if last == fields:
+            return
+        now = time.time()
+        if (
+            last is not None
+            and {**last, "progress": fields["progress"]} == fields
+            and now - self._written_at.get(key, 0.0) < PROGRESS_SECONDS
+        ):
             return
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(key, mapping=fields)
@@ -149,10 +161,12 @@ class DvMirror:
             pipe.hset(device, name, _generation(dv))
         pipe.execute()
         self._written[key] = fields
+        self._written_at[key] = now
 
     def deleted(self, ns: str, name: str) -> None:
         key = key_dv(ns, name)
         self._written.pop(key, None)
+        self._written_at.pop(key, None)
         device = self.r.hget(key, "device_key")
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(key, mapping={"deleted": "1", "deleting": "1"})

@@ -22,7 +22,7 @@ from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
-from workers.dvmirror import DvMirror, wake_sender
+from workers.dvmirror import PROGRESS_SECONDS, DvMirror, wake_sender
 from workers.kubevirt import DV_PLURAL, VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
 from workers.media import import_ended, import_status, report_import_progress
 
@@ -64,7 +64,7 @@ class Watcher:
         self.holding = False
         self.dvs = DvMirror(store.r)
         # Last import progress shown per DataVolume (from its watch events).
-        self._progress: dict[tuple[str, str], float] = {}
+        self._progress: dict[tuple[str, str], tuple[float, float]] = {}
         self._renew = store.r.register_script(_RENEW)
         self._release = store.r.register_script(_RELEASE)
         self._lock = threading.Lock()
@@ -327,9 +327,10 @@ class Watcher:
     def _show_progress(self, key: tuple[str, str], dv: dict) -> None:
         """The progress of an import waiting for its wake-up, shown as its own looks would."""
         pct = import_status(dv).progress
-        if pct is None or self._progress.get(key) == pct:
+        shown, at = self._progress.get(key, (None, 0.0))
+        if pct is None or pct == shown or time.monotonic() - at < PROGRESS_SECONDS:
             return
-        self._progress[key] = pct
+        self._progress[key] = (pct, time.monotonic())
         try:
             waiting = self.dvs.waiting_import(*key)
             if waiting:
