@@ -5,7 +5,8 @@ progress, restart count, conditions, deletion) and, per namespace, when its Data
 last showed a sign of life (``ff:dv:alive``). ``media.import`` reads the hash instead of GETting
 the DataVolume; when the namespace's watch has been silent for longer than ``STALE_SECONDS`` (no
 watcher holds the lease, the apiserver is away) the import falls back to a GET, at most every
-``FLEETFISH_DV_FALLBACK_SECONDS`` (15 s).
+``FLEETFISH_DV_FALLBACK_SECONDS`` (15 s). A waiting import registers its next look
+(``ff:dvwake:*``), which the watcher sends as soon as the DataVolume's import ends.
 """
 
 from __future__ import annotations
