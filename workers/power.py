@@ -52,7 +52,7 @@ def vm_has_no_vmi(vm: dict) -> bool:
     status = vm.get("status") or {}
     strategy = (vm.get("spec") or {}).get("runStrategy") or status.get("runStrategy") or ""
     return (
-        status.get("created") is False
+        not status.get("created")  # KubeVirt leaves it out when false
         and status.get("printableStatus") == "Stopped"
         and strategy in ("Halted", "Manual")
         and not status.get("stateChangeRequests")

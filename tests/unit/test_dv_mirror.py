@@ -57,6 +57,9 @@ def vm(strategy: str = "Halted", **status) -> dict:
 def test_only_a_stopped_halted_vm_with_nothing_pending_has_no_vmi():
     assert vm_has_no_vmi(vm())
     assert vm_has_no_vmi(vm("Manual"))
+    assert vm_has_no_vmi(
+        {"spec": {"runStrategy": "Halted"}, "status": {"printableStatus": "Stopped"}}
+    )
     assert not vm_has_no_vmi(vm("Always"))  # asked to run: a VMI may be on its way
     assert not vm_has_no_vmi(vm(created=True, printableStatus="Stopping"))
     assert not vm_has_no_vmi(vm(printableStatus="Starting"))
