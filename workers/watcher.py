@@ -1,4 +1,5 @@
-"""The watcher: keeps the Redis mirror (``ff:sys:*``) equal to the cluster's VMs and VMIs.
+"""The watcher: keeps the Redis mirror (``ff:sys:*``) equal to the cluster's VMs and VMIs,
+and the DataVolume mirror (``ff:dv:*``, workers/dvmirror.py) equal to fleetfish's DataVolumes.
 
 Any number may run; the one holding the Redis lease ``ff:lease:watcher`` lists VMs and VMIs,
 writes every mirror document, then follows watches from the list's resourceVersion and writes
@@ -250,6 +251,9 @@ class Watcher:
                     d for d in dvs if not ns or (d.get("metadata") or {}).get("namespace") == ns
                 ]
                 self.dvs.replace(ns, in_ns)
+            for dv in dvs:
+                if import_ended(dv):  # ended while nothing watched: its import looks now
+                    self._wake(*_key(dv))
         log.info("listed %d DataVolumes", len(dvs))
         return versions
 
