@@ -32,7 +32,7 @@ LABEL_GEN = "fleetfish.io/media-gen"
 STALE_SECONDS = 60.0
 # A change of progress alone is written at most this often per DataVolume (CDI updates it
 # every few seconds; the import's progress shown to users does not need more).
-PROGRESS_SECONDS = 2.0
+PROGRESS_SECONDS = 5.0
 # A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
 DELETED_TTL_SECONDS = 24 * 3600
 
