@@ -11,6 +11,7 @@ import requests
 
 log = logging.getLogger("fleetfish.bench.observe")
 
+BENCH_AGENT = "fleetfish-bench"
 WATCH_SECONDS = 1800  # server-side bound of each watch; the benchmark stops it much sooner
 
 
@@ -23,7 +24,10 @@ class ClusterTimeline:
 
         config = client.Configuration()
         config.host = kube_url
-        self.api = client.CustomObjectsApi(client.ApiClient(config))
+        api_client = client.ApiClient(config)
+        # Named so the simulator's request counts can leave the observer's own watches out.
+        api_client.user_agent = BENCH_AGENT
+        self.api = client.CustomObjectsApi(api_client)
         self.namespace = namespace
         self.cdrom = cdrom_disk
         self.attached: dict[str, float] = {}
@@ -76,6 +80,26 @@ def boots(kube_url: str, since: float = 0.0) -> list[dict]:
     reply = requests.get(f"{kube_url}/lab/boots", params={"since": since}, timeout=10)
     reply.raise_for_status()
     return reply.json()["boots"]
+
+
+def kube_requests(kube_url: str) -> dict[str, int]:
+    """Kubernetes API requests the simulator has answered so far, per "verb resource", left
+    out the benchmark's own observers."""
+    reply = requests.get(f"{kube_url}/lab/requests/counts", timeout=10)
+    reply.raise_for_status()
+    counts: dict[str, int] = {}
+    for row in reply.json()["counts"]:
+        if row["agent"].startswith(BENCH_AGENT):
+            continue
+        key = f"{row['verb']} {row['resource']}"
+        counts[key] = counts.get(key, 0) + row["count"]
+    return counts
+
+
+def requests_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    """Per "verb resource", the requests made between two ``kube_requests`` readings."""
+    delta = {key: after[key] - before.get(key, 0) for key in after}
+    return {key: n for key, n in sorted(delta.items()) if n}
 
 
 def first_boot_by_vm(records: list[dict]) -> dict[str, dict]:

@@ -10,6 +10,12 @@ FAST_CALL_S = 0.100
 GAP_S = 2.0
 RSS_LIMIT_MIB = 300.0
 LATENCY_N = 200
+KUBE_REQUESTS_PER_NODE = 10.0
+# fleetfish's CPU (API + workers + watcher + Redis) per node while the calls ran, in the
+# reference run of docs/benchmarks/README.md (the only window that run measured): N=50
+# 2.5 s, N=200 13.6 s. The goal is half of it.
+REFERENCE_CPU_PER_NODE = {50: 2.5 / 50, 200: 13.6 / 200}
+FLEET_PROCESSES = ("api", "watcher", "redis")
 
 
 def _makespan(r: dict) -> str:
@@ -60,12 +66,50 @@ def table(results: list[dict]) -> str:
 
 
 def cost_lines(results: list[dict]) -> list[str]:
-    return [
-        f"cost {r['mode']}: N={r['n']} makespan={_makespan(r)} "
-        f"requests={r['requests']['requests']} ({r['requests']['source']}) "
-        f"redis_ops={r['redis_ops'] if r['redis_ops'] is not None else 'n/a'}"
-        for r in results
-    ]
+    lines = []
+    for r in results:
+        lines.append(
+            f"cost {r['mode']}: N={r['n']} makespan={_makespan(r)} "
+            f"requests={r['requests']['requests']} ({r['requests']['source']}) "
+            f"redis_ops={r['redis_ops'] if r['redis_ops'] is not None else 'n/a'}"
+        )
+        kube = r.get("kube_requests")
+        if kube is not None:
+            per = kube_per_node(r)
+            detail = ", ".join(f"{k} {v / _provisioned(r):.2f}" for k, v in kube.items())
+            lines.append(
+                f"kube requests {r['mode']}: N={r['n']} {per:.1f} per provisioned node "
+                f"({sum(kube.values())} in all): {detail}"
+            )
+        whole = cpu_per_node(r, "cpu_whole_run")
+        if whole is not None:
+            calls = cpu_per_node(r, "cpu_during_calls")
+            used = r["cpu_whole_run"]["cpu_seconds"]
+            parts = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(used.items()))
+            lines.append(
+                f"fleet CPU {r['mode']}: N={r['n']} {whole:.3f} s per provisioned node over the "
+                f"whole run ({r['cpu_whole_run']['wall_seconds']:.1f} s wall: {parts}); "
+                f"{calls:.3f} s while the calls ran"
+            )
+    return lines
+
+
+def _provisioned(r: dict) -> int:
+    """Nodes that booted their ISO (all N when none did, so a failed run still divides)."""
+    return r.get("cdrom_boots") or r["n"] or 1
+
+
+def kube_per_node(r: dict) -> float:
+    return sum((r.get("kube_requests") or {}).values()) / _provisioned(r)
+
+
+def cpu_per_node(r: dict, window: str) -> float | None:
+    """CPU seconds of the API, workers, watcher and Redis per provisioned node in ``window``."""
+    used = (r.get(window) or {}).get("cpu_seconds") or {}
+    if not used:
+        return None
+    mine = [v for k, v in used.items() if k in FLEET_PROCESSES or k.startswith("worker")]
+    return sum(mine) / _provisioned(r)
 
 
 def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
@@ -136,6 +180,33 @@ def verdicts(results: list[dict]) -> list[tuple[str, str, str]]:
                 f"media ready -> power-on p99 < 2 s, N={r['n']}",
                 _pf(p99 is not None and 0 <= p99 < GAP_S),
                 ms(p99),
+            )
+        )
+    for r in ff:
+        if r.get("kube_requests") is None:
+            continue
+        per = kube_per_node(r)
+        out.append(
+            (
+                f"Kubernetes API requests per provisioned node <= 10, N={r['n']}",
+                _pf(per <= KUBE_REQUESTS_PER_NODE),
+                f"{per:.1f} (counted by the simulator)",
+            )
+        )
+    for r in ff:
+        reference = REFERENCE_CPU_PER_NODE.get(r["n"])
+        calls = cpu_per_node(r, "cpu_during_calls")
+        if reference is None or calls is None or r["workers"] != 2:
+            continue
+        whole = cpu_per_node(r, "cpu_whole_run")
+        out.append(
+            (
+                f"fleetfish CPU per node while the calls ran <= half the reference, N={r['n']}",
+                _pf(calls <= reference / 2),
+                f"{calls:.3f} s vs {reference / 2:.3f} s (reference {reference:.3f} s); "
+                f"whole run {whole:.3f} s"
+                if whole is not None
+                else f"{calls:.3f} s",
             )
         )
     if big:

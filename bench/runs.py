@@ -10,7 +10,13 @@ import secrets
 import time
 from pathlib import Path
 
-from bench.observe import ClusterTimeline, boots, first_boot_by_vm
+from bench.observe import (
+    ClusterTimeline,
+    boots,
+    first_boot_by_vm,
+    kube_requests,
+    requests_between,
+)
 from bench.sampler import CpuAccount, RedisOps, RequestCounter, RssSampler, process_tree
 from bench.stats import summary
 from bench.sushytools import SushyEmulator
@@ -28,7 +34,12 @@ MODES = (FLEETFISH, SEQUENTIAL, SUSHY_TOOLS)
 # Metal3/OpenShift's power_state_change_timeout: how long Ironic polls for PowerState On.
 POWER_TIMEOUT_S = 120
 FLEETFISH_PROCESSES = ("api", "watcher")  # plus every worker*
-SERVICE_TIER = ("api", "redis")  # on the path of every Redfish call
+SERVICE_TIER = ("api", "redis")
+FLEET_CPU = (
+    "api",
+    "watcher",
+    "redis",
+)  # plus every worker*: what fleetfish itself costs  # on the path of every Redfish call
 CLIENT = "ironic client"  # the bench process itself, in the CPU accounting
 
 
@@ -108,17 +119,25 @@ def run_lab_mode(
             everyone["redis"] = stack.redis.proc.pid
         pinned = pin_service(everyone, service_cpus) if service_cpus else None
         cpu = CpuAccount(everyone, own=CLIENT)
+        # The whole provisioning, calls and the media work after them, for the cost per node.
+        fleet_cpu = CpuAccount(
+            {k: v for k, v in everyone.items() if k in FLEET_CPU or k.startswith("worker")}
+        )
         requests_seen.start()
         redis_ops.start()
         wire = WireCapture(stack.config.api_port, work_dir / f"{mode}-n{count}" / "api.pcap")
         with RssSampler(pids) as rss, wire:
+            kube_before = kube_requests(stack.kube_url)
             started = time.time()
             cpu.start()
+            fleet_cpu.start()
             runs = ironic.provision_all(images, power_timeout=POWER_TIMEOUT_S)
             cpu_used = cpu.stop()
             provisioned = time.time()
             first = _wait_for_cluster(stack, timeline, names, started, started + max_wait)
             ended = time.time()
+            fleet_used = fleet_cpu.stop()
+            kube_used = requests_between(kube_before, kube_requests(stack.kube_url))
         timeline.stop()
         cost = requests_seen.stop()
         ops = redis_ops.stop()
@@ -162,6 +181,8 @@ def run_lab_mode(
             },
             "on_the_wire": _wire_summary(wire),
             "cpu_during_calls": cpu_used,
+            "cpu_whole_run": fleet_used,
+            "kube_requests": kube_used,
             "service_cpus": pinned,
         }
     )

@@ -62,6 +62,9 @@ class Settings:
     import_poll_seconds: float = 1.0
     # Polls of a long import space out up to this, aiming at half its estimated remaining time.
     import_poll_max_seconds: float = 10.0
+    # While no DataVolume watch runs (its mirror silent for 60 s), an import reads its
+    # DataVolume from the cluster this often.
+    dv_fallback_seconds: float = 15.0
     dv_size_margin: float = 1.3
     dv_min_size_mib: int = 64
     dv_storage_class: str = ""
@@ -115,6 +118,9 @@ class Settings:
             ),
             import_poll_max_seconds=float(
                 e.get("FLEETFISH_IMPORT_POLL_MAX_SECONDS", cls.import_poll_max_seconds)
+            ),
+            dv_fallback_seconds=float(
+                e.get("FLEETFISH_DV_FALLBACK_SECONDS", cls.dv_fallback_seconds)
             ),
             dv_size_margin=float(e.get("FLEETFISH_DV_SIZE_MARGIN", cls.dv_size_margin)),
             dv_min_size_mib=int(e.get("FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib)),

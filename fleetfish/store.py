@@ -29,6 +29,11 @@ Key layout (all under the ``ff:`` prefix):
 Keys other modules own, listed here so the whole layout is in one place:
 
 ``ff:lease:watcher``        STRING, holder of the watcher lease (workers/watcher.py)
+``ff:dv:{ns}/{name}``       HASH, a fleetfish DataVolume as the watcher's watch saw it
+``ff:dv:alive``             HASH, namespace -> last sign of life of its DataVolume watch
+``ff:dvdev:{ns}/{vm}/{dev}`` HASH, mirrored DataVolume name -> media generation of one device
+``ff:dvwake:{ns}/{name}``   HASH, the next look of the import waiting on that DataVolume
+                            (all in workers/dvmirror.py)
 ``ff:lock:media:{id}:{dev}`` STRING, short per-device lock of the media tasks (workers/taskutil.py)
 ``ff:lock:reset:{tid}``     STRING, one delivery at a time of a Reset task (workers/taskutil.py)
 ``ff:lock:legacy-media``    STRING, fleet-wide lock of the sequential mode (tasks/media/tasks.py)

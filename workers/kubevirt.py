@@ -14,6 +14,7 @@ import copy
 import json
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,6 +39,8 @@ DV_PLURAL = "datavolumes"
 INSTANCETYPE_PLURAL = "virtualmachineinstancetypes"
 CLUSTER_INSTANCETYPE_PLURAL = "virtualmachineclusterinstancetypes"
 
+# The DataVolumes fleetfish creates (workers/media.py labels them so).
+MANAGED_DVS = "app.kubernetes.io/managed-by=fleetfish"
 # (connect, read) seconds for every ordinary call; watches get their own read timeout.
 REQUEST_TIMEOUT = (5.0, 20.0)
 UPDATE_ATTEMPTS = 5
@@ -145,6 +148,49 @@ def load_api_client(settings: Settings, pool_size: int = 32) -> client.ApiClient
     return client.ApiClient(configuration)
 
 
+class RawWatch:
+    """A watch stream decoded once per line into plain dicts (the client's ``watch.Watch``
+    turns every event into JSON and back through its models); ``stop()`` from another thread
+    ends it."""
+
+    def __init__(self):
+        self._stopped = False
+        self._resp = None
+
+    def stop(self) -> None:
+        self._stopped = True
+        resp = self._resp
+        sock = getattr(getattr(resp, "connection", None), "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stream(self, func, *args, **kwargs) -> Iterator[dict]:
+        resp = func(*args, watch=True, _preload_content=False, **kwargs)
+        self._resp = resp
+        try:
+            for line in watch.watch.iter_resp_lines(resp):
+                if self._stopped:
+                    return
+                if not line.strip():
+                    continue
+                event = json.loads(line)
+                obj = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    # 410 Expired comes as an ERROR event on an open stream, not as a status.
+                    raise ApiException(
+                        status=int(obj.get("code") or 500),
+                        reason=f"{obj.get('reason')}: {obj.get('message')}",
+                    )
+                yield {"type": event.get("type"), "object": obj}
+        finally:
+            self._resp = None
+            resp.close()
+            resp.release_conn()
+
+
 class KubeVirt:
     """KubeVirt/CDI calls for fleetfish. Methods return plain dicts as the API serves them."""
 
@@ -188,16 +234,24 @@ class KubeVirt:
                 _request_timeout=REQUEST_TIMEOUT,
             )
 
-    def update_vm(self, ns: str, name: str, mutate: Callable[[dict], bool | None]) -> dict:
+    def update_vm(
+        self,
+        ns: str,
+        name: str,
+        mutate: Callable[[dict], bool | None],
+        current: dict | None = None,
+    ) -> dict:
         """Read-modify-PUT a VM, retried on 409 (bounded, ``UPDATE_ATTEMPTS``).
 
         ``mutate`` edits the VM in place and returns False when nothing needs writing (then no
-        PUT happens). Returns the VM as stored. Raises NotFound, Invalid, Transient, Conflict
-        after the last attempt.
+        PUT happens). ``current``, a VM the caller has just read, saves the first GET: the PUT
+        carries its resourceVersion, so a VM changed since answers 409 and is read again.
+        Returns the VM as stored. Raises NotFound, Invalid, Transient, Conflict after the last
+        attempt.
         """
         last: Conflict | None = None
-        for _ in range(UPDATE_ATTEMPTS):
-            vm = self.get_vm(ns, name)
+        for attempt in range(UPDATE_ATTEMPTS):
+            vm = current if attempt == 0 and current is not None else self.get_vm(ns, name)
             edited = copy.deepcopy(vm)
             if mutate(edited) is False or edited == vm:
                 return vm
@@ -296,6 +350,11 @@ class KubeVirt:
             return True
         except NotFound:
             return False
+
+    def list_managed_dvs(self) -> tuple[list[dict], dict[str, str]]:
+        """LIST fleetfish's DataVolumes in the configured namespaces (all when none).
+        Returns (items, {namespace or "": resourceVersion}). Raises Transient."""
+        return self._list_all(CDI, DV_PLURAL, MANAGED_DVS)
 
     def list_dvs(self, ns: str, label_selector: str) -> list[dict]:
         """LIST datavolumes in one namespace by label selector. Raises Transient."""
@@ -479,14 +538,17 @@ class KubeVirt:
         timeout_seconds: int = 30,
         handles: list | None = None,
     ) -> Iterator[dict]:
-        """WATCH VMs or VMIs of one namespace ("" = all) from a resourceVersion.
+        """WATCH VMs, VMIs or fleetfish's DataVolumes of one namespace ("" = all) from a
+        resourceVersion.
 
         Yields ``{"type", "object"}`` events (BOOKMARKs included: they carry the newest
-        resourceVersion). Ends when the server closes the stream (``timeout_seconds``).
-        Raises Gone (410: relist), Transient. The open ``watch.Watch`` is appended to
-        ``handles`` so another thread can ``stop()`` it.
+        resourceVersion), each decoded once from its JSON line (no client models). Ends when
+        the server closes the stream (``timeout_seconds``). Raises Gone (410: relist),
+        Transient. The open ``watch.Watch`` is appended to ``handles`` so another thread can
+        ``stop()`` it.
         """
-        selector = self.settings.label_selector if plural == VM_PLURAL else ""
+        group = CDI if plural == DV_PLURAL else KUBEVIRT
+        selector = {VM_PLURAL: self.settings.label_selector, DV_PLURAL: MANAGED_DVS}.get(plural, "")
         kwargs: dict[str, Any] = {
             "timeout_seconds": timeout_seconds,
             "allow_watch_bookmarks": True,
@@ -497,18 +559,17 @@ class KubeVirt:
             kwargs["resource_version"] = resource_version
         if selector:
             kwargs["label_selector"] = selector
-        w = watch.Watch()
+        w = RawWatch()
         if handles is not None:
             handles.append(w)
         try:
             with _errors(f"watch {plural} in {ns or 'all namespaces'}"):
                 if ns:
-                    func, args = self.custom.list_namespaced_custom_object, (*KUBEVIRT, ns, plural)
+                    func, args = self.custom.list_namespaced_custom_object, (*group, ns, plural)
                 else:
-                    func, args = self.custom.list_cluster_custom_object, (*KUBEVIRT, plural)
+                    func, args = self.custom.list_cluster_custom_object, (*group, plural)
                 # With timeout_seconds the client does not retry a 410 itself: it raises it.
-                for event in w.stream(func, *args, **kwargs):
-                    yield {"type": event.get("type"), "object": event.get("raw_object") or {}}
+                yield from w.stream(func, *args, **kwargs)
         finally:
             if handles is not None and w in handles:
                 handles.remove(w)

@@ -1,4 +1,5 @@
-"""The watcher: keeps the Redis mirror (``ff:sys:*``) equal to the cluster's VMs and VMIs.
+"""The watcher: keeps the Redis mirror (``ff:sys:*``) equal to the cluster's VMs and VMIs,
+and the DataVolume mirror (``ff:dv:*``, workers/dvmirror.py) equal to fleetfish's DataVolumes.
 
 Any number may run; the one holding the Redis lease ``ff:lease:watcher`` lists VMs and VMIs,
 writes every mirror document, then follows watches from the list's resourceVersion and writes
@@ -22,7 +23,9 @@ from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
 from fleetfish.settings import Settings
 from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
-from workers.kubevirt import VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
+from workers.dvmirror import PROGRESS_SECONDS, DvMirror, wake_sender
+from workers.dvstatus import import_ended, import_status, report_import_progress
+from workers.kubevirt import DV_PLURAL, VM_PLURAL, VMI_PLURAL, Gone, KubeError, KubeVirt
 
 log = logging.getLogger("fleetfish.watcher")
 
@@ -60,6 +63,9 @@ class Watcher:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stop_event = threading.Event()
         self.holding = False
+        self.dvs = DvMirror(store.r)
+        # Last import progress shown per DataVolume (from its watch events).
+        self._progress: dict[tuple[str, str], tuple[float, float]] = {}
         self._renew = store.r.register_script(_RENEW)
         self._release = store.r.register_script(_RELEASE)
         self._lock = threading.Lock()
@@ -173,6 +179,7 @@ class Watcher:
         )
         if not self.settings.legacy_sequential:
             self.send_chord = send_chord
+            self.dvs.send_wake = wake_sender(self.settings)
 
     # -- sync session ------------------------------------------------------------------------
 
@@ -182,12 +189,13 @@ class Watcher:
         self._session_stop = threading.Event()
         try:
             vm_rvs, vmi_rvs = self.relist()
+            dv_rvs = self.relist_dvs()
         except KubeError as exc:
             log.warning("list failed, retrying: %s", exc)
             self.stop_event.wait(1.0)
             self._relist.set()
             return
-        for plural, versions in ((VM_PLURAL, vm_rvs), (VMI_PLURAL, vmi_rvs)):
+        for plural, versions in ((VM_PLURAL, vm_rvs), (VMI_PLURAL, vmi_rvs), (DV_PLURAL, dv_rvs)):
             for ns, rv in versions.items():
                 thread = threading.Thread(
                     target=self._watch_loop,
@@ -233,6 +241,22 @@ class Watcher:
         log.info("listed %d VMs and %d VMIs", len(vms), len(vmis))
         return vm_rvs, vmi_rvs
 
+    def relist_dvs(self) -> dict[str, str]:
+        """List fleetfish's DataVolumes and write their mirror (one marked deleted when it
+        went while nothing watched)."""
+        dvs, versions = self.kube.list_managed_dvs()
+        if self.holding:
+            for ns in versions:
+                in_ns = [
+                    d for d in dvs if not ns or (d.get("metadata") or {}).get("namespace") == ns
+                ]
+                self.dvs.replace(ns, in_ns)
+            for dv in dvs:
+                if import_ended(dv):  # ended while nothing watched: its import looks now
+                    self._wake(*_key(dv))
+        log.info("listed %d DataVolumes", len(dvs))
+        return versions
+
     def _watch_loop(self, plural: str, ns: str, rv: str, session: threading.Event) -> None:
         failures = 0
         while not session.is_set() and not self.stop_event.is_set():
@@ -243,9 +267,14 @@ class Watcher:
                     obj = event["object"]
                     if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                         self.apply(plural, event["type"], obj)
+                    if plural == DV_PLURAL and self.holding:
+                        # Events and bookmarks: the stream is live (a stamp a second will do).
+                        self.dvs.alive(ns, every=1.0)
                     # Only after the write: a failed write is replayed by the next watch.
                     rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
                     failures = 0
+                if plural == DV_PLURAL and self.holding and not session.is_set():
+                    self.dvs.alive(ns)  # a stream that ran to its end saw everything until now
                 failures = 0
             except Gone:
                 log.info("%s watch expired (410): relisting", plural)
@@ -262,8 +291,20 @@ class Watcher:
                 session.wait(min(MAX_BACKOFF, 0.5 * 2**failures))
 
     def apply(self, plural: str, kind: str, obj: dict) -> None:
-        """One watch event -> the mirror document of the affected VM, written at once."""
+        """One watch event -> the mirror document of the affected VM (or the DataVolume's
+        hash), written at once."""
         key = _key(obj)
+        if plural == DV_PLURAL:
+            if self.holding:
+                if kind == "DELETED":
+                    self.dvs.deleted(*key)
+                else:
+                    self.dvs.put(obj)
+                if kind == "DELETED" or import_ended(obj):
+                    self._wake(*key)
+                else:
+                    self._show_progress(key, obj)
+            return
         with self._lock:
             if plural == VM_PLURAL:
                 if kind == "DELETED":
@@ -286,6 +327,32 @@ class Watcher:
                     self._log_boot(key, obj)
             elif plural == VM_PLURAL and kind == "DELETED":
                 self.store.delete_system(system_id(*key))
+
+    def _show_progress(self, key: tuple[str, str], dv: dict) -> None:
+        """The progress of an import waiting for its wake-up, shown as its own looks would."""
+        pct = import_status(dv).progress
+        shown, at = self._progress.get(key, (None, 0.0))
+        if pct is None or pct == shown or time.monotonic() - at < PROGRESS_SECONDS:
+            return
+        self._progress[key] = (pct, time.monotonic())
+        try:
+            waiting = self.dvs.waiting_import(*key)
+            if waiting:
+                report_import_progress(self.store, self.events, shown=pct, **waiting)
+        except Exception as exc:  # noqa: BLE001 - progress is cosmetic, the import goes on
+            log.warning("could not show the progress of %s/%s: %s", *key, exc)
+
+    def _wake(self, ns: str, name: str) -> None:
+        """The import waiting on this DataVolume looks now, not at its next scheduled look."""
+        if self.dvs.send_wake is None:
+            return
+        try:
+            self._progress.pop((ns, name), None)
+            payload = self.dvs.take_wake(ns, name)
+            if payload:
+                self.dvs.send_wake(payload)
+        except Exception as exc:  # noqa: BLE001 - the import's own next look still comes
+            log.warning("could not wake the import of %s/%s: %s", ns, name, exc)
 
     def _doc(self, key: tuple[str, str], vm: dict) -> dict:
         """The mirror document of a VM, with the sizes of the claims behind its disks (a claim

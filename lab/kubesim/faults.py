@@ -99,3 +99,26 @@ class RequestLog:
     def since(self, since: float | None) -> list[dict]:
         with self._lock:
             return [dict(e) for e in self._entries if since is None or e["time"] >= since]
+
+
+class RequestCounts:
+    """Kubernetes API requests per (user agent, verb, resource), as an audit log would count
+    them: ``get``/``list``/``watch``/``create``/``update``/``patch``/``delete`` on a resource
+    plural (``virtualmachines/start`` for a subresource). /lab paths are not counted."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: dict[tuple[str, str, str], int] = {}
+
+    def add(self, agent: str, verb: str, resource: str) -> None:
+        key = (agent, verb, resource)
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def rows(self) -> list[dict]:
+        with self._lock:
+            items = sorted(self._counts.items())
+        return [
+            {"agent": agent, "verb": verb, "resource": resource, "count": count}
+            for (agent, verb, resource), count in items
+        ]

@@ -171,6 +171,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             raw = self._read_body()
             if not path.startswith("/lab/"):
+                verb, resource = classify(method, path, query)
+                sim.counts.add(self.headers.get("User-Agent", ""), verb, resource)
                 sim.faults.apply(method, path)
             code, body = self._route(method, path, query, raw)
             if code is not None:
@@ -292,6 +294,33 @@ class Handler(BaseHTTPRequestHandler):
             raise _not_allowed()
         code = self.server.sim.subresources.handle(plural, ns, name, action, self._json(raw))
         return code, None
+
+
+def classify(method: str, path: str, query: dict) -> tuple[str, str]:
+    """(verb, resource) of a Kubernetes API request, named as the apiserver's audit log does."""
+    segs = [s for s in path.split("/") if s]
+    if len(segs) == 8 and segs[:2] == ["apis", discovery.SUBRESOURCE_GROUP]:
+        return _VERBS.get(method, method.lower()), f"{segs[5]}/{segs[7]}"
+    target = _resolve(segs)
+    if target is None:
+        return _VERBS.get(method, method.lower()), "discovery"
+    kind, _, name, sub = target
+    resource = kind.plural + (f"/{sub}" if sub else "")
+    if method in ("GET", "HEAD") and name is None:
+        return ("watch" if query.get("watch") in ("true", "1", "True") else "list"), resource
+    if method == "DELETE" and name is None:
+        return "deletecollection", resource
+    return _VERBS.get(method, method.lower()), resource
+
+
+_VERBS = {
+    "GET": "get",
+    "HEAD": "get",
+    "POST": "create",
+    "PUT": "update",
+    "PATCH": "patch",
+    "DELETE": "delete",
+}
 
 
 def _not_allowed() -> errors.ApiError:

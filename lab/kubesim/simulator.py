@@ -11,7 +11,7 @@ from lab.kubesim.api import ResourceApi
 from lab.kubesim.boot import BootLog
 from lab.kubesim.cdi import Cdi, CdiTimings
 from lab.kubesim.controller import Controller, Timings
-from lab.kubesim.faults import Faults, RequestLog
+from lab.kubesim.faults import Faults, RequestCounts, RequestLog
 from lab.kubesim.kinds import DV, VM, VMI
 from lab.kubesim.seed import seed
 from lab.kubesim.server import LabHTTPServer
@@ -46,6 +46,7 @@ class Simulator:
         self.boots = BootLog()
         self.faults = Faults()
         self.requests = RequestLog()
+        self.counts = RequestCounts()
         self.controller = Controller(self.store, self.boots, timings)
         cdi_timings = cdi_timings or CdiTimings(import_seconds=import_seconds)
         self.cdi = Cdi(self.store, cdi_timings, immediate_binding=immediate_binding)
@@ -110,6 +111,9 @@ class Simulator:
             return 200, {"boots": self.boots.query(query.get("vm"), since)}
         if path == "/lab/requests" and method == "GET":
             return 200, {"requests": self.requests.since(since)}
+        if path == "/lab/requests/counts" and method == "GET":
+            rows = self.counts.rows()
+            return 200, {"counts": rows, "total": sum(r["count"] for r in rows)}
         if path == "/lab/faults":
             if method == "POST":
                 return 201, {"fault": self.faults.add(body)}

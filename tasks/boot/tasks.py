@@ -9,7 +9,7 @@ import time
 from celery import shared_task
 
 from fleetfish.mirror import split_system_id
-from tasks.power.reset import apply_boot_override, vmi_active, vmi_uid
+from tasks.power.reset import apply_boot_override, vm_has_no_vmi, vmi_active, vmi_uid
 from workers import runtime
 from workers.errors import Transient
 from workers.taskutil import retry_transient, single_delivery
@@ -36,11 +36,14 @@ def boot_apply(self, system_id, boot_gen, transient=0):
         log.info("boot override gen %s superseded", boot_gen)
         return {"stale": True}
     ns, name = split_system_id(system_id)
+    kv = runtime.kube()
     try:
-        if vmi_active(runtime.kube().get_vmi(ns, name)):
+        # The VM's status says whether a VMI can exist; its GET also guards the write.
+        vm = kv.get_vm(ns, name)
+        if not vm_has_no_vmi(vm) and vmi_active(kv.get_vmi(ns, name)):
             log.info("boot override gen %s: written at the next power-on", boot_gen)
             return {"deferred": True}
-        override = apply_boot_override(runtime.kube(), store, runtime.settings(), system_id)
+        override = apply_boot_override(kv, store, runtime.settings(), system_id, vm)
     except Transient as exc:
         raise retry_transient(self, exc, {"transient": transient}) from None
     log.info("boot override applied: %s", override)

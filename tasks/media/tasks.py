@@ -7,12 +7,15 @@ no worker slot is held while CDI works. See docs/media-pipeline.md.
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
 from celery import shared_task
+from kombu.utils.json import dumps as json_dumps
 
 from fleetfish.mirror import split_system_id
+from tasks.boot.override import boot_mutator
 from tasks.media.volumes import (
     CertificateUnreadable,
     credentials_secret,
@@ -23,15 +26,17 @@ from tasks.media.volumes import (
     ensure_dv,
     head_content_length,
     import_poll_delay,
-    import_status,
     remove_cdrom_volume,
     set_cdrom_volume,
     storage_size,
     trust_configmap,
     vmi_volume_ready,
 )
+from tasks.power.reset import vm_has_no_vmi
 from tasks.power.tasks import fail_reset, run_reset
 from workers import runtime
+from workers.dvmirror import STALE_SECONDS, DvMirror
+from workers.dvstatus import import_ended, import_status, report_import_progress
 from workers.errors import FAILURES, Refused, Transient, WorkError, task_failure
 from workers.kubevirt import NotFound
 from workers.taskutil import device_lock, retry_transient, single_delivery
@@ -42,7 +47,6 @@ log = logging.getLogger("fleetfish.worker")
 ATTACH_TIMEOUT = 300.0
 # Legacy mode: one fleet-wide lock for the whole import + attach, as the old service did.
 LEGACY_LOCK = "ff:lock:legacy-media"
-IMPORT_PERCENT_SHARE = 90
 
 
 class MediaError(Refused):
@@ -60,18 +64,11 @@ def _record_reason(system_id: str, device: str, gen: int, exc: BaseException) ->
 
 
 def _report_progress(task, system_id, device, gen, task_id, image, pct: float | None) -> bool:
-    store = runtime.store()
     shown = 0.0 if pct is None else pct
-    if not store.update_media(system_id, device, gen, progress=f"{shown:.1f}"):
+    if not report_import_progress(
+        runtime.store(), runtime.events(), system_id, device, gen, task_id, image, shown
+    ):
         return False
-    name = image.rsplit("/", 1)[-1]
-    store.update_task(
-        task_id,
-        state="Running",
-        percent=int(shown * IMPORT_PERCENT_SHARE / 100),
-        message=f"Importing {name}: {shown:.1f}%",
-    )
-    runtime.events().import_progress(system_id, device, gen, name, shown)
     if task.request.id and not task.request.called_directly:
         task.update_state(state="PROGRESS", meta={"system": system_id, "progress": shown})
     return True
@@ -125,57 +122,98 @@ def _create_dv(system_id: str, device: str, gen: int, image: str) -> dict | None
     return dv
 
 
-def import_step(task, system_id, device, gen, image, task_id, started) -> dict | None:
-    """One poll of the import. Returns the result when done, None when it must poll again."""
+def _watched_dv(ns: str, name: str, started: float, fallback: dict) -> dict | None:
+    """The DataVolume as the watcher's DataVolume watch mirrors it; None once deleted.
+
+    Read from the cluster instead (at most every ``FLEETFISH_DV_FALLBACK_SECONDS``) when the namespace's
+    watch has shown no sign of life for ``STALE_SECONDS`` (no watcher, apiserver away), or
+    when the watch has not shown this DataVolume that long after its creation. Until then a
+    DataVolume the watch has not shown yet is pending: ``{}``.
+    """
+    mirrored, deleted, age = DvMirror(runtime.store().r).read(ns, name)
+    if deleted:
+        return None
+    fresh = age is not None and age <= STALE_SECONDS
+    if fresh and mirrored is not None:
+        return mirrored
+    if fresh and time.time() - started < STALE_SECONDS:
+        return {}
+    if time.time() - fallback.get("read_at", 0.0) < runtime.settings().dv_fallback_seconds:
+        return mirrored or {}
+    fallback["read_at"] = time.time()
+    log.info(
+        "DataVolume watch of %s %s: reading %s itself",
+        ns,
+        "never seen" if age is None else f"silent for {age:.0f} s",
+        name,
+    )
+    try:
+        return runtime.kube().get_dv(ns, name)
+    except NotFound:
+        return None
+
+
+def import_step(
+    task, system_id, device, gen, image, task_id, started, fallback: dict | None = None
+) -> dict | None:
+    """One look at the import. Returns the result when done, None when it must wait again.
+
+    The first look creates the DataVolume; later ones read the watcher's mirror of it
+    (``fallback`` keeps, across looks, when the DataVolume was last read from the cluster).
+    """
     kv, store, conf = runtime.kube(), runtime.store(), runtime.settings()
     ns, _ = split_system_id(system_id)
     name = dv_name(system_id, device, image, gen)
     if not store.update_media(system_id, device, gen, dv=name):
         return {"stale": True}
-    try:
-        dv = kv.get_dv(ns, name)
-    except NotFound:
-        dv = None
-    if dv is not None and (dv.get("metadata") or {}).get("deletionTimestamp"):
-        # Nothing of fleetfish deletes the current generation's volume: someone else did.
-        raise MediaError(f"DataVolume {name} was deleted while its import ran")
-    if dv is None:
-        if started is not None:
-            # An earlier poll of this import created it (``started`` is set after that poll).
-            raise MediaError(f"DataVolume {name} disappeared while its import ran")
+    if started is None:
+        # Created (or, on a redelivery, found) without a GET first: a create is one request.
         dv = _create_dv(system_id, device, gen, image)
         if dv is None:
             return {"stale": True}
-    status = import_status(dv)
-    if status.error:
+    else:
+        dv = _watched_dv(ns, name, started, fallback if fallback is not None else {})
+        if dv is None:
+            raise MediaError(f"DataVolume {name} disappeared while its import ran")
+    if dv and (dv.get("metadata") or {}).get("deletionTimestamp"):
+        # Nothing of fleetfish deletes the current generation's volume: someone else did.
+        raise MediaError(f"DataVolume {name} was deleted while its import ran")
+    status = import_status(dv) if dv else None
+    if status is not None and status.error:
         delete_dv(kv, dv)
         raise MediaError(status.error)
-    if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
-        return {"stale": True}
-    if status.done:
-        log.info("DataVolume %s imported system=%s", name, system_id)
-        return {"dv": name}
+    if status is not None:
+        if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
+            return {"stale": True}
+        if status.done:
+            log.info("DataVolume %s imported system=%s", name, system_id)
+            return {"dv": name}
     if started is not None and time.time() - started > conf.import_timeout:
-        delete_dv(kv, dv)
+        delete_dv(kv, dv or {"metadata": {"namespace": ns, "name": name}})
         raise MediaError(f"import of {image} did not finish within {conf.import_timeout} s")
     return None
 
 
 @shared_task(bind=True, name="media.import", max_retries=None, acks_late=True)
 @single_delivery
-def media_import(self, system_id, device, gen, image, task_id, started=None, transient=0):
-    """Create the DataVolume (or reuse it) and poll it until the import Succeeded."""
+def media_import(
+    self, system_id, device, gen, image, task_id, started=None, transient=0, read_at=0.0
+):
+    """Create the DataVolume (or reuse it) and wait on its mirror until the import Succeeded."""
     if runtime.settings().legacy_sequential:
         return legacy_import(self, system_id, device, gen, image, task_id)
     if _current(system_id, device, gen) is None:
         log.info("insert gen %s superseded, not importing", gen)
         return {"stale": True}
+    fallback = {"read_at": read_at or 0.0}
     kwargs = {"started": started, "transient": 0}
     try:
-        result = import_step(self, system_id, device, gen, image, task_id, started)
+        result = import_step(self, system_id, device, gen, image, task_id, started, fallback)
     except Transient as exc:
         log.warning("import of %s: %s", image, exc)
-        err = retry_transient(self, exc, {"started": started, "transient": transient})
+        err = retry_transient(
+            self, exc, {"started": started, "transient": transient, "read_at": fallback["read_at"]}
+        )
         _record_reason(system_id, device, gen, err)
         raise err from None
     except FAILURES as exc:
@@ -186,6 +224,7 @@ def media_import(self, system_id, device, gen, image, task_id, started=None, tra
         return result
     conf = runtime.settings()
     kwargs["started"] = started = started or time.time()
+    kwargs["read_at"] = fallback["read_at"]
     # The percentage this poll just recorded (import_step wrote it for this generation).
     progress = float(runtime.store().get_media(system_id, device).get("progress") or 0)
     delay = import_poll_delay(
@@ -195,7 +234,45 @@ def media_import(self, system_id, device, gen, image, task_id, started=None, tra
         conf.import_poll_max_seconds,
         conf.visibility_timeout,
     )
+    delay = _await_wake(self, (system_id, device, gen, image, task_id), kwargs, delay)
     raise self.retry(countdown=delay, kwargs=kwargs)
+
+
+def _await_wake(task, import_args: tuple, kwargs: dict, delay: float) -> float:
+    """Countdown of the import's next look. While the DataVolume watch is live, the watcher
+    sends that look as soon as the import ends (registered here as a Celery signature): the
+    look scheduled meanwhile comes only after a third of the visibility timeout (the longest
+    countdown Redis keeps without delivering it twice), in case that send is lost. A duplicate
+    of a look already run is dropped by ``single_delivery``."""
+    conf = runtime.settings()
+    system_id, device, gen, image, task_id = import_args
+    ns, _ = split_system_id(system_id)
+    name = dv_name(system_id, device, image, gen)
+    mirror = DvMirror(runtime.store().r)
+    if not task.request.id or task.request.called_directly or not mirror.fresh(ns):
+        return delay
+    longest = max(delay, conf.visibility_timeout / 3)
+    look = task.signature_from_request(
+        task.request, task.request.args, kwargs, retries=task.request.retries + 1
+    )
+    try:
+        payload = json_dumps(dict(look))
+    except (TypeError, ValueError) as exc:  # nothing to register: poll as without a watch
+        log.info("import of %s polls: %s", name, exc)
+        return delay
+    # What the watcher needs to show the import's progress meanwhile (there are few looks).
+    progress = {
+        "system_id": system_id,
+        "device": device,
+        "gen": str(gen),
+        "task_id": task_id,
+        "image": image,
+    }
+    mirror.register_wake(ns, name, payload, progress, ttl=longest + conf.visibility_timeout)
+    dv, deleted, _ = mirror.read(ns, name)
+    if (deleted or (dv is not None and import_ended(dv))) and mirror.take_wake(ns, name):
+        return conf.import_poll_seconds  # it ended before the watcher could see the look
+    return longest
 
 
 def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
@@ -210,11 +287,26 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
         if not store.update_media(system_id, device, gen, state="Updating"):
             return True, {"stale": True}
         store.update_task(task_id, state="Running", percent=92, message="Attaching virtual media")
+    override = store.get_boot(system_id)
+
+    def attach(obj: dict) -> bool:
+        changed = set_cdrom_volume(obj, conf.cdrom_disk, dv)
+        if vm_has_no_vmi(obj):
+            # One PUT for both: the boot order a stopped VM gets anyway (boot.apply, the next
+            # power-on) goes with the cdrom. A bad override is left to the power-on to report.
+            before = copy.deepcopy(obj)
+            try:
+                boot_mutator(override, conf.cdrom_disk)(obj)
+            except ValueError:
+                obj.clear()
+                obj.update(before)
+        return changed or None
+
     with device_lock(store.r, system_id, device):
         if _current(system_id, device, gen) is None:
             return True, {"stale": True}
-        kv.update_vm(ns, vm, lambda obj: set_cdrom_volume(obj, conf.cdrom_disk, dv))
-    vmi = kv.get_vmi(ns, vm)
+        stored = kv.update_vm(ns, vm, attach)
+    vmi = None if vm_has_no_vmi(stored) else kv.get_vmi(ns, vm)
     if vmi and (vmi.get("status") or {}).get("phase") == "Running":
         if not vmi_volume_ready(vmi, conf.cdrom_disk, dv):
             return False, {}
@@ -222,7 +314,7 @@ def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:
         return True, {"stale": True}
     with device_lock(store.r, system_id, device):
         if _current(system_id, device, gen) is not None:
-            delete_device_dvs(kv, system_id, device, below_gen=gen)
+            delete_device_dvs(kv, system_id, device, below_gen=gen, mirror=DvMirror(store.r))
     log.info("DataVolume %s attached to %s", dv, conf.cdrom_disk)
     return True, {"dv": dv, "attached": True}
 
@@ -364,9 +456,10 @@ def legacy_import(task, system_id, device, gen, image, task_id) -> dict:
         raise MediaError("timed out waiting for the legacy media lock")
     try:
         started = time.time()
+        fallback: dict = {}
         for attempt in range(int(conf.import_timeout / max(conf.import_poll_seconds, 0.1)) + 1):
             since = started if attempt else None  # the first poll creates the DataVolume
-            result = import_step(task, system_id, device, gen, image, task_id, since)
+            result = import_step(task, system_id, device, gen, image, task_id, since, fallback)
             if result is not None:
                 break
             if time.time() > deadline + conf.import_timeout:

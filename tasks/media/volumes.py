@@ -11,31 +11,25 @@ import logging
 import math
 import re
 import ssl
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import requests
 
 from fleetfish.mirror import split_system_id
 from fleetfish.settings import Settings
+from workers.dvmirror import LABEL_DEVICE, LABEL_GEN, LABEL_SYSTEM, DvMirror
 from workers.kubevirt import AlreadyExists, KubeVirt
 
 log = logging.getLogger("fleetfish.worker")
 
-LABEL_SYSTEM = "fleetfish.io/system"
-LABEL_DEVICE = "fleetfish.io/device"
-LABEL_GEN = "fleetfish.io/media-gen"
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANN_BIND_IMMEDIATE = "cdi.kubevirt.io/storage.bind.immediate.requested"
 ANN_IMAGE = "fleetfish.io/image"
 # Used when the image server does not answer HEAD with a length (most ISOs are below this).
 DEFAULT_SIZE_MIB = 2048
 HEAD_TIMEOUT = (2.0, 3.0)
-# CDI retries a failing importer pod for ever; after this many restarts the error is real.
-MAX_IMPORT_RESTARTS = 3
 MIB = 2**20
 _NON_DNS = re.compile(r"[^a-z0-9-]+")
-_PERCENT = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -125,51 +119,6 @@ def dv_body(
         },
         "spec": {"source": {"http": http}, "storage": storage},
     }
-
-
-def parse_progress(text: str | None) -> float | None:
-    """CDI ``status.progress`` ("45.20%", "N/A", "") as a percentage, None when unknown."""
-    match = _PERCENT.match(text or "")
-    if not match:
-        return None
-    return max(0.0, min(100.0, float(match.group(1))))
-
-
-@dataclass(frozen=True)
-class ImportStatus:
-    phase: str
-    progress: float | None
-    done: bool
-    error: str  # non-empty: the import failed for good
-
-
-def _condition_message(dv: dict) -> str:
-    conditions = (dv.get("status") or {}).get("conditions") or []
-    by_type = {c.get("type"): c for c in conditions}
-    for kind in ("Running", "Ready", "Bound"):
-        cond = by_type.get(kind) or {}
-        if cond.get("message"):
-            return str(cond["message"])
-    return ""
-
-
-def import_status(dv: dict) -> ImportStatus:
-    status = dv.get("status") or {}
-    phase = status.get("phase") or ""
-    progress = parse_progress(status.get("progress"))
-    if phase == "Succeeded":
-        return ImportStatus(phase, 100.0, True, "")
-    name = (dv.get("metadata") or {}).get("name", "")
-    if phase == "Failed":
-        reason = _condition_message(dv) or "import failed"
-        return ImportStatus(phase, progress, False, f"DataVolume {name} failed: {reason}")
-    restarts = int(status.get("restartCount") or 0)
-    if restarts >= MAX_IMPORT_RESTARTS:
-        reason = _condition_message(dv) or "importer keeps failing"
-        return ImportStatus(
-            phase, progress, False, f"import of DataVolume {name} failed {restarts} times: {reason}"
-        )
-    return ImportStatus(phase, progress, False, "")
 
 
 def import_poll_delay(
@@ -358,14 +307,22 @@ def delete_dv(kv: KubeVirt, dv: dict) -> bool:
     return deleted
 
 
-def delete_device_dvs(kv: KubeVirt, system_id: str, device: str, below_gen: int) -> list[str]:
+def delete_device_dvs(
+    kv: KubeVirt, system_id: str, device: str, below_gen: int, mirror: DvMirror | None = None
+) -> list[str]:
     """Delete the system's fleetfish DataVolumes of ``device`` created for a media generation
     older than ``below_gen`` (and their credential Secrets); their names.
 
     Never a newer generation's: whatever order the tasks of several inserts and ejects run in,
-    the volume of the latest insert is left alone.
+    the volume of the latest insert is left alone. With a ``mirror`` whose watch is live and
+    shows no older generation of the device, nothing is listed (a DataVolume created before
+    this generation's import began has been in the watch for seconds by now).
     """
     ns, _ = split_system_id(system_id)
+    if mirror is not None and mirror.fresh(ns):
+        mirrored = mirror.device_generations(ns, system_label(system_id), device)
+        if all(gen >= below_gen for gen in mirrored.values()):
+            return []
     deleted = []
     for dv in kv.list_dvs(ns, device_selector(system_id, device)):
         meta = dv.get("metadata") or {}

@@ -49,6 +49,19 @@ def shutting_down(vm: dict, vmi: dict | None) -> bool:
     return strategy == "Halted" or any(r.get("action") == "Stop" for r in requests)
 
 
+def vm_has_no_vmi(vm: dict) -> bool:
+    """The VM's own status says it has no VMI and none is on its way: stopped, asked to stay
+    halted, no start request pending. Then a GET of the VMI can only answer 404."""
+    status = vm.get("status") or {}
+    strategy = (vm.get("spec") or {}).get("runStrategy") or status.get("runStrategy") or ""
+    return (
+        not status.get("created")  # KubeVirt leaves it out when false
+        and status.get("printableStatus") == "Stopped"
+        and strategy in ("Halted", "Manual")
+        and not status.get("stateChangeRequests")
+    )
+
+
 def vmi_uid(vmi: dict | None) -> str:
     return ((vmi or {}).get("metadata") or {}).get("uid", "") if vmi_active(vmi) else ""
 
@@ -94,11 +107,14 @@ def _tolerate(call: Callable[[], None], *phrases: str) -> bool:
         raise
 
 
-def apply_boot_override(kv: KubeVirt, store: Store, settings: Settings, system_id: str) -> dict:
-    """Write the requested boot override onto the VM (before a start, so the new VMI takes it)."""
+def apply_boot_override(
+    kv: KubeVirt, store: Store, settings: Settings, system_id: str, vm: dict | None = None
+) -> dict:
+    """Write the requested boot override onto the VM (before a start, so the new VMI takes it).
+    ``vm``: the VM as just read (its resourceVersion guards the write)."""
     ns, name = split_system_id(system_id)
     override = store.get_boot(system_id)
-    kv.update_vm(ns, name, boot_mutator(override, settings.cdrom_disk))
+    kv.update_vm(ns, name, boot_mutator(override, settings.cdrom_disk), current=vm)
     return override
 
 
@@ -126,7 +142,7 @@ def run_power(
         vm = kv.get_vm(ns, name)
     except NotFound as exc:
         raise PowerError(f"no VirtualMachine {ns}/{name}") from exc
-    vmi = kv.get_vmi(ns, name)
+    vmi = None if vm_has_no_vmi(vm) else kv.get_vmi(ns, name)
     before = store.remember_task_field(task_id, "vmi_before", vmi_uid(vmi) or "-")
     now = vmi_uid(vmi) or "-"
     if store.task_field(task_id, "acted") == "1":
@@ -135,7 +151,7 @@ def run_power(
     def write_boot_override() -> None:
         # The generation the first delivery started the VM with is the one its power-on
         # consumes, whatever a redelivery finds stored by then.
-        override = apply_boot_override(kv, store, settings, system_id)
+        override = apply_boot_override(kv, store, settings, system_id, vm)
         store.remember_task_field(task_id, "boot_gen", str(override.get("gen", "")))
 
     # An earlier delivery that started the VM and died before saying so had already sent the

@@ -78,6 +78,44 @@ def test_request_log_shows_what_a_client_called(k8s, sim):
     ) in calls
 
 
+def _counts(sim) -> dict[tuple[str, str], int]:
+    rows = requests.get(f"{sim.url}/lab/requests/counts", timeout=5).json()["counts"]
+    found: dict[tuple[str, str], int] = {}
+    for row in rows:
+        key = (row["verb"], row["resource"])
+        found[key] = found.get(key, 0) + row["count"]
+    return found
+
+
+def test_request_counts_name_each_verb_and_resource_a_client_used(k8s, sim):
+    before = _counts(sim)
+    k8s.vm("ostest-master-0")
+    k8s.vm("ostest-master-0")
+    k8s.custom.list_namespaced_custom_object(
+        "cdi.kubevirt.io", "v1beta1", "fleetfish-lab", "datavolumes"
+    )
+    vm = k8s.vm("ostest-master-1")
+    k8s.custom.replace_namespaced_custom_object(
+        "kubevirt.io", "v1", "fleetfish-lab", "virtualmachines", "ostest-master-1", vm
+    )
+    assert k8s.sub_status("virtualmachines", "ostest-master-1", "start")[0] == 202
+    with pytest.raises(ApiException):
+        k8s.vm("absent")
+    requests.get(f"{sim.url}/lab/boots", timeout=5)  # the lab's own paths are not the API's
+    after = _counts(sim)
+    delta = {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+    assert delta == {
+        ("get", "virtualmachines"): 4,
+        ("list", "datavolumes"): 1,
+        ("update", "virtualmachines"): 1,
+        ("update", "virtualmachines/start"): 1,
+    }
+    # The client that called is named, so a benchmark can leave its own observers out.
+    rows = requests.get(f"{sim.url}/lab/requests/counts", timeout=5).json()
+    assert all(row["agent"].startswith("OpenAPI-Generator") for row in rows["counts"])
+    assert rows["total"] == sum(after.values())
+
+
 def _spawn(args: list[str], ready_prefix: str) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", *args],

@@ -144,6 +144,8 @@ class Lab:
                 "FLEETFISH_NAMESPACES": NAMESPACE,
                 "FLEETFISH_VISIBILITY_TIMEOUT": "10",
                 "FLEETFISH_IMPORT_POLL_SECONDS": "0.5",
+                # Most of these tests run no watcher: imports read their DataVolume directly.
+                "FLEETFISH_DV_FALLBACK_SECONDS": "0.5",
                 "PYTHONUNBUFFERED": "1",
             }
         )

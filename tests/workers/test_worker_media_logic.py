@@ -15,13 +15,12 @@ from tasks.media.volumes import (
     dv_generation,
     dv_name,
     import_poll_delay,
-    import_status,
-    parse_progress,
     remove_cdrom_volume,
     set_cdrom_volume,
     storage_size,
     vmi_volume_ready,
 )
+from workers.dvstatus import import_status, parse_progress
 from workers.kubevirt import (
     AlreadyExists,
     Conflict,

@@ -1,0 +1,129 @@
+"""The DataVolume watch: the watcher mirrors fleetfish's DataVolumes into Redis, resumes after
+410 Gone, and imports learn of success, failure and deletion from it without reading the
+DataVolume themselves."""
+
+from __future__ import annotations
+
+import time
+
+import requests
+
+from tasks.media.volumes import dv_name
+from tests.workers.conftest import NAMESPACE, system, wait_for
+from workers.dvmirror import DvMirror
+
+VM0 = "ostest-master-0"
+DVS = f"/apis/cdi.kubevirt.io/v1beta1/namespaces/{NAMESPACE}/datavolumes"
+# Longer than any of these tests: an import that read its DataVolume itself would stall, so
+# whatever the import learns here it learns from the watch.
+NO_FALLBACK = "600"
+
+
+def managed_dv(lab, name: str, image: str) -> None:
+    body = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {
+            "name": name,
+            "labels": {"app.kubernetes.io/managed-by": "fleetfish"},
+            # No VM consumes it: bind at once, as fleetfish's own DataVolumes ask.
+            "annotations": {"cdi.kubevirt.io/storage.bind.immediate.requested": "true"},
+        },
+        "spec": {
+            "source": {"http": {"url": image}},
+            "storage": {"resources": {"requests": {"storage": "64Mi"}}},
+        },
+    }
+    requests.post(f"{lab.kube_url}{DVS}", json=body, timeout=5).raise_for_status()
+
+
+def mirrored(lab, name: str) -> tuple[dict | None, bool]:
+    dv, deleted, _ = DvMirror(lab.store.r).read(NAMESPACE, name)
+    return dv, deleted
+
+
+def phase(lab, name: str) -> str:
+    dv, _ = mirrored(lab, name)
+    return ((dv or {}).get("status") or {}).get("phase", "")
+
+
+def dv_gets(lab) -> int:
+    rows = requests.get(f"{lab.kube_url}/lab/requests/counts", timeout=5).json()["counts"]
+    return sum(r["count"] for r in rows if (r["verb"], r["resource"]) == ("get", "datavolumes"))
+
+
+def test_dv_watch_mirrors_imports_and_resumes_after_410(lab):
+    lab.start_kubesim(vms=1, import_seconds=1)
+    lab.start_watcher("watcher-a")
+    wait_for(lambda: lab.store.system_ids(), 20, "the watcher's first list")
+    managed_dv(lab, "ff-a", lab.iso())
+    wait_for(lambda: phase(lab, "ff-a") == "Succeeded", 20, "the import Succeeded in the mirror")
+    # The watch expires (410 on reconnect): the watcher lists again and watches from there on.
+    requests.post(f"{lab.kube_url}/lab/compact", timeout=5).raise_for_status()
+    requests.post(f"{lab.kube_url}/lab/watches/drop", timeout=5).raise_for_status()
+    managed_dv(lab, "ff-b", lab.iso())
+    wait_for(lambda: phase(lab, "ff-b") == "Succeeded", 20, "a DataVolume made meanwhile")
+    assert "relisting" in lab.procs.log("watcher-a")
+    requests.delete(f"{lab.kube_url}{DVS}/ff-b", timeout=5).raise_for_status()
+    wait_for(lambda: mirrored(lab, "ff-b")[1], 20, "the deletion in the mirror")
+    # One deleted while no watcher ran is marked deleted by the next holder's list.
+    lab.procs.kill("watcher-a")
+    requests.delete(f"{lab.kube_url}{DVS}/ff-a", timeout=5).raise_for_status()
+    wait_for(lambda: "ff-a" not in lab.dvs(), 20, "ff-a gone from the cluster")
+    assert not mirrored(lab, "ff-a")[1]  # nothing watches: the mirror cannot know yet
+    lab.start_watcher("watcher-b")
+    wait_for(lambda: mirrored(lab, "ff-a")[1], 20, "ff-a marked deleted after the relist")
+
+
+def test_import_fails_when_the_watch_shows_its_datavolume_deleted(lab):
+    lab.start_kubesim(vms=1, import_seconds=30)
+    lab.start_watcher()
+    lab.start_worker("w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    sid = system(VM0)
+    gets = dv_gets(lab)
+    task = lab.insert(sid, lab.iso())
+    name = dv_name(sid, "Cd", lab.iso(), lab.store.get_media(sid)["gen"])
+    wait_for(lambda: phase(lab, name) == "ImportInProgress", 20, "the import under way")
+    requests.delete(f"{lab.kube_url}{DVS}/{name}", timeout=5).raise_for_status()
+    ended = wait_for(lambda: lab.task_done(task), 20, "the insert to fail")
+    assert ended["state"] == "Exception" and name in ended["message"], ended
+    media = lab.store.get_media(sid)
+    assert media["inserted"] == "0" and name in media["message"], media
+    assert dv_gets(lab) == gets, "the import read the DataVolume instead of the watch's mirror"
+
+
+def test_failed_import_is_seen_through_the_watch(lab):
+    lab.start_kubesim(vms=1, import_seconds=1)
+    lab.start_watcher()
+    lab.start_worker("w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    sid = system(VM0)
+    gets = dv_gets(lab)
+    task = lab.insert(sid, lab.iso("missing.iso"))
+    ended = wait_for(lambda: lab.task_done(task), 60, "the insert to fail")
+    assert ended["state"] == "Exception" and "404" in ended["message"], ended
+    assert "404" in lab.store.get_media(sid)["message"]
+    wait_for(lambda: lab.dvs() == [], 10, "the failed DataVolume deleted")
+    assert dv_gets(lab) == gets, "the import read the DataVolume instead of the watch's mirror"
+
+
+def test_the_watch_wakes_an_import_as_soon_as_it_ends(lab):
+    lab.start_kubesim(vms=1, import_seconds=4)
+    lab.start_watcher()
+    # The import's own next look is 40 s away (a third of the visibility timeout): only the
+    # watcher's wake-up can end it sooner.
+    lab.start_worker(
+        "w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK, FLEETFISH_VISIBILITY_TIMEOUT="120"
+    )
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    sid = system(VM0)
+    started = time.monotonic()
+    task = lab.insert(sid, lab.iso())
+    # Meanwhile its progress shows, from the watch alone.
+    wait_for(lambda: 0 < float(lab.store.get_media(sid)["progress"] or 0) < 100, 10, "progress")
+    assert int(lab.task(task)["percent"]) > 0
+    ended = wait_for(lambda: lab.task_done(task), 30, "the insert to complete")
+    assert ended["state"] == "Completed", ended
+    assert time.monotonic() - started < 20
+    assert lab.store.get_media(sid)["attached"] == "1"

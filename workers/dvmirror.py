@@ -1,0 +1,255 @@
+"""The DataVolume mirror: what the watcher's DataVolume watch saw, in Redis, for the import.
+
+The watcher writes one hash per fleetfish DataVolume (``ff:dv:{namespace}/{name}``: phase,
+progress, restart count, conditions, deletion) and, per namespace, when its DataVolume watch
+last showed a sign of life (``ff:dv:alive``). ``media.import`` reads the hash instead of GETting
+the DataVolume; when the namespace's watch has been silent for longer than ``STALE_SECONDS`` (no
+watcher holds the lease, the apiserver is away) the import falls back to a GET, at most every
+``FLEETFISH_DV_FALLBACK_SECONDS`` (15 s). A waiting import registers its next look
+(``ff:dvwake:*``), which the watcher sends as soon as the DataVolume's import ends.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from redis import Redis
+
+KEY_PREFIX = "ff:dv:"
+KEY_ALIVE = "ff:dv:alive"
+# The next look of an import waiting on a DataVolume, as a Celery signature: the watcher sends
+# it as soon as the DataVolume's import ends, instead of the import polling for the end.
+KEY_WAKE = "ff:dvwake:"
+# Per VM and device, the mirrored DataVolumes' generations: lets a cleanup skip its LIST.
+KEY_DEVICE = "ff:dvdev:"
+LABEL_SYSTEM = "fleetfish.io/system"
+LABEL_DEVICE = "fleetfish.io/device"
+LABEL_GEN = "fleetfish.io/media-gen"
+# Every healthy watch stream ends (and is opened again) within WATCH_SECONDS (30 s) and the
+# apiserver sends bookmarks meanwhile; twice that without a sign of life: the mirror is stale.
+STALE_SECONDS = 60.0
+# A change of progress alone is written at most this often per DataVolume (CDI updates it
+# every few seconds; the import's progress shown to users does not need more).
+PROGRESS_SECONDS = 5.0
+# A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
+DELETED_TTL_SECONDS = 24 * 3600
+
+
+def wake_sender(settings) -> Callable[[str], None]:
+    """Sends a registered look (a JSON Celery signature) over a client-only Celery app."""
+    from celery import Celery
+    from kombu.utils.json import loads
+
+    from fleetfish.celery_config import celery_config
+
+    app = Celery("fleetfish-dv-wake")
+    app.conf.update(celery_config(settings))
+
+    def send(payload: str) -> None:
+        app.signature(loads(payload)).apply_async()
+
+    return send
+
+
+def _key(dv: dict) -> tuple[str, str]:
+    meta = dv.get("metadata") or {}
+    return meta.get("namespace", ""), meta.get("name", "")
+
+
+def key_dv(ns: str, name: str) -> str:
+    return f"{KEY_PREFIX}{ns}/{name}"
+
+
+def key_device(ns: str, system_label: str, device: str) -> str:
+    return f"{KEY_DEVICE}{ns}/{system_label}/{device}"
+
+
+def _device_key(dv: dict) -> str | None:
+    meta = dv.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if not labels.get(LABEL_SYSTEM) or not labels.get(LABEL_DEVICE):
+        return None
+    return key_device(meta.get("namespace", ""), labels[LABEL_SYSTEM], labels[LABEL_DEVICE])
+
+
+def _generation(dv: dict) -> str:
+    value = str(((dv.get("metadata") or {}).get("labels") or {}).get(LABEL_GEN, ""))
+    return value if value.isdigit() else "0"
+
+
+def mirror_fields(dv: dict) -> dict[str, str]:
+    """The fields of a DataVolume the import looks at, as a Redis hash."""
+    meta = dv.get("metadata") or {}
+    status = dv.get("status") or {}
+    conditions = [
+        {k: c[k] for k in ("type", "status", "reason", "message") if c.get(k)}
+        for c in status.get("conditions") or []
+    ]
+    return {
+        "phase": str(status.get("phase") or ""),
+        "progress": str(status.get("progress") or ""),
+        "restarts": str(int(status.get("restartCount") or 0)),
+        "conditions": json.dumps(conditions, separators=(",", ":"), sort_keys=True),
+        "deleting": "1" if meta.get("deletionTimestamp") else "",
+        "deleted": "",
+        "secret": str(
+            (((dv.get("spec") or {}).get("source") or {}).get("http") or {}).get("secretRef") or ""
+        ),
+    }
+
+
+def as_dv(ns: str, name: str, fields: dict[str, str]) -> dict:
+    """A DataVolume-shaped dict from a mirror hash (what ``import_status`` and ``delete_dv``
+    read)."""
+    meta: dict = {"namespace": ns, "name": name}
+    if fields.get("deleting"):
+        meta["deletionTimestamp"] = "mirrored"
+    try:
+        conditions = json.loads(fields.get("conditions") or "[]")
+    except ValueError:
+        conditions = []
+    dv = {
+        "metadata": meta,
+        "status": {
+            "phase": fields.get("phase", ""),
+            "progress": fields.get("progress", ""),
+            "restartCount": int(fields.get("restarts") or 0),
+            "conditions": conditions,
+        },
+    }
+    if fields.get("secret"):
+        dv["spec"] = {"source": {"http": {"secretRef": fields["secret"]}}}
+    return dv
+
+
+class DvMirror:
+    """Reads and writes of the mirror; the watcher writes, ``media.import`` reads."""
+
+    def __init__(self, r: Redis):
+        self.r = r
+        self.send_wake: Callable[[str], None] | None = None
+        # The watcher's side: what it last wrote per DataVolume and when it last stamped each
+        # namespace, so repeated events (bookmarks, unchanged status) cost no Redis call.
+        self._written: dict[str, dict[str, str]] = {}
+        self._written_at: dict[str, float] = {}
+        self._stamped: dict[str, float] = {}
+
+    # -- the watcher -------------------------------------------------------------------------
+
+    def put(self, dv: dict) -> None:
+        ns, name = _key(dv)
+        key = key_dv(ns, name)
+        fields = mirror_fields(dv)
+        device = _device_key(dv)
+        if device:
+            fields["device_key"] = device
+        last = self._written.get(key)
+        if last == fields:
+            return
+        now = time.time()
+        if (
+            last is not None
+            and {**last, "progress": fields["progress"]} == fields
+            and now - self._written_at.get(key, 0.0) < PROGRESS_SECONDS
+        ):
+            return
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping=fields)
+        pipe.persist(key)
+        if device:
+            pipe.hset(device, name, _generation(dv))
+        pipe.execute()
+        self._written[key] = fields
+        self._written_at[key] = now
+
+    def deleted(self, ns: str, name: str) -> None:
+        key = key_dv(ns, name)
+        self._written.pop(key, None)
+        self._written_at.pop(key, None)
+        device = self.r.hget(key, "device_key")
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hset(key, mapping={"deleted": "1", "deleting": "1"})
+        pipe.expire(key, DELETED_TTL_SECONDS)
+        if device:
+            pipe.hdel(device, name)
+        pipe.execute()
+
+    def replace(self, ns: str, dvs: list[dict]) -> None:
+        """After a list of namespace ``ns`` ("" = all): every listed DataVolume written, every
+        mirrored one not listed (it went while no watch ran) marked deleted."""
+        listed = {_key(dv) for dv in dvs}
+        self._written.clear()  # another holder may have written meanwhile: write all again
+        for key in self.r.scan_iter(match=f"{KEY_PREFIX}{ns or '*'}/*", count=500):
+            key = key.decode() if isinstance(key, bytes) else key
+            found = tuple(key[len(KEY_PREFIX) :].split("/", 1))
+            if found not in listed and not self.r.hget(key, "deleted"):
+                self.deleted(*found)
+        for dv in dvs:
+            self.put(dv)
+        self.alive(ns)
+
+    def alive(self, ns: str, every: float = 0.0) -> None:
+        """Stamp the namespace's watch as live (not again within ``every`` seconds)."""
+        now = time.time()
+        if now - self._stamped.get(ns, 0.0) < every:
+            return
+        self.r.hset(KEY_ALIVE, ns, f"{now:.3f}")
+        self._stamped[ns] = now
+
+    def take_wake(self, ns: str, name: str) -> str | None:
+        """The waiting import's next look registered for this DataVolume (taken: sent once)."""
+        pipe = self.r.pipeline()
+        pipe.hget(f"{KEY_WAKE}{ns}/{name}", "look")
+        pipe.delete(f"{KEY_WAKE}{ns}/{name}")
+        payload, _ = pipe.execute()
+        return payload.decode() if isinstance(payload, bytes) else payload
+
+    def waiting_import(self, ns: str, name: str) -> dict | None:
+        """(system_id, device, gen, task_id, image) of the import waiting on this DataVolume."""
+        raw = self.r.hget(f"{KEY_WAKE}{ns}/{name}", "progress")
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return None
+
+    # -- the workers -------------------------------------------------------------------------
+
+    def register_wake(
+        self, ns: str, name: str, payload: str, progress: dict[str, str], ttl: float
+    ) -> None:
+        key = f"{KEY_WAKE}{ns}/{name}"
+        pipe = self.r.pipeline()
+        pipe.hset(key, mapping={"look": payload, "progress": json.dumps(progress)})
+        pipe.expire(key, max(1, int(ttl)))
+        pipe.execute()
+
+    def fresh(self, ns: str) -> bool:
+        """The namespace's DataVolume watch showed a sign of life within ``STALE_SECONDS``."""
+        marks = self.r.hmget(KEY_ALIVE, [ns, ""])
+        alive = max((float(m) for m in marks if m), default=None)
+        return alive is not None and time.time() - alive <= STALE_SECONDS
+
+    def device_generations(self, ns: str, system_label: str, device: str) -> dict[str, int]:
+        """{DataVolume name: media generation} of one VM's device, as mirrored."""
+        found = self.r.hgetall(key_device(ns, system_label, device)) or {}
+        return {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in found.items()}
+
+    def read(self, ns: str, name: str) -> tuple[dict | None, bool, float | None]:
+        """(the DataVolume as mirrored or None, its deletion seen, seconds since the namespace's
+        watch last showed a sign of life; None when it never did)."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(key_dv(ns, name))
+        # A watcher configured for all namespaces keeps its mark under "".
+        pipe.hmget(KEY_ALIVE, [ns, ""])
+        fields, marks = pipe.execute()
+        alive = max((float(m) for m in marks if m), default=None)
+        fields = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in (fields or {}).items()
+        }
+        age = None if alive is None else max(0.0, time.time() - alive)
+        if not fields:
+            return None, False, age
+        return as_dv(ns, name, fields), bool(fields.get("deleted")), age
