@@ -118,6 +118,16 @@ def _errors(what: str) -> Iterator[None]:
         raise Transient(f"{what}: {type(exc).__name__}: {exc}") from exc
 
 
+def _create_or_replace(what: str, create: Callable[[], Any], replace: Callable[[], Any]) -> None:
+    """POST, or PUT when the object exists already (its content may have changed)."""
+    try:
+        with _errors(f"create {what}"):
+            create()
+    except AlreadyExists:
+        with _errors(f"replace {what}"):
+            replace()
+
+
 def _found(what: str, call: Callable[[], Any]) -> bool:
     """Make the call; False when the object is not there (404)."""
     try:
@@ -441,12 +451,13 @@ class KubeVirt:
             "type": "Opaque",
             "stringData": string_data,
         }
-        try:
-            with _errors(f"create Secret {ns}/{name}"):
-                core.create_namespaced_secret(ns, body, _request_timeout=REQUEST_TIMEOUT)
-        except AlreadyExists:
-            with _errors(f"replace Secret {ns}/{name}"):
-                core.replace_namespaced_secret(name, ns, body, _request_timeout=REQUEST_TIMEOUT)
+        _create_or_replace(
+            f"Secret {ns}/{name}",
+            lambda: core.create_namespaced_secret(ns, body, _request_timeout=REQUEST_TIMEOUT),
+            lambda: core.replace_namespaced_secret(
+                name, ns, body, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
 
     def delete_secret(self, ns: str, name: str) -> bool:
         """DELETE a Secret; False when it did not exist. Raises Transient."""
@@ -477,12 +488,13 @@ class KubeVirt:
             "metadata": {"name": name, "namespace": ns, "labels": labels},
             "data": data,
         }
-        try:
-            with _errors(f"create ConfigMap {ns}/{name}"):
-                core.create_namespaced_config_map(ns, body, _request_timeout=REQUEST_TIMEOUT)
-        except AlreadyExists:
-            with _errors(f"replace ConfigMap {ns}/{name}"):
-                core.replace_namespaced_config_map(name, ns, body, _request_timeout=REQUEST_TIMEOUT)
+        _create_or_replace(
+            f"ConfigMap {ns}/{name}",
+            lambda: core.create_namespaced_config_map(ns, body, _request_timeout=REQUEST_TIMEOUT),
+            lambda: core.replace_namespaced_config_map(
+                name, ns, body, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
 
     def delete_configmap(self, ns: str, name: str) -> bool:
         """DELETE a ConfigMap; False when it did not exist. Raises Transient."""
@@ -547,7 +559,6 @@ class KubeVirt:
         Transient. The open ``watch.Watch`` is appended to ``handles`` so another thread can
         ``stop()`` it.
         """
-        group = CDI if plural == DV_PLURAL else KUBEVIRT
         selector = {VM_PLURAL: self.settings.label_selector, DV_PLURAL: MANAGED_DVS}.get(plural, "")
         kwargs: dict[str, Any] = {
             "timeout_seconds": timeout_seconds,
@@ -564,10 +575,15 @@ class KubeVirt:
             handles.append(w)
         try:
             with _errors(f"watch {plural} in {ns or 'all namespaces'}"):
-                if ns:
-                    func, args = self.custom.list_namespaced_custom_object, (*group, ns, plural)
+                # Each API group spelled out: what the ClusterRole must grant reads off the code.
+                if plural == DV_PLURAL and ns:
+                    func, args = self.custom.list_namespaced_custom_object, (*CDI, ns, plural)
+                elif plural == DV_PLURAL:
+                    func, args = self.custom.list_cluster_custom_object, (*CDI, plural)
+                elif ns:
+                    func, args = self.custom.list_namespaced_custom_object, (*KUBEVIRT, ns, plural)
                 else:
-                    func, args = self.custom.list_cluster_custom_object, (*group, plural)
+                    func, args = self.custom.list_cluster_custom_object, (*KUBEVIRT, plural)
                 # With timeout_seconds the client does not retry a 410 itself: it raises it.
                 yield from w.stream(func, *args, **kwargs)
         finally:
