@@ -66,6 +66,17 @@ def system_label(system_id: str) -> str:
     return "h-" + hashlib.sha256(system_id.encode()).hexdigest()[:20]
 
 
+def media_labels(system_id: str, device: str, gen: int | str) -> dict[str, str]:
+    """The labels of everything one media generation creates (DataVolume, Secret, ConfigMap):
+    what cleanup and the DataVolume watch select on."""
+    return {
+        LABEL_SYSTEM: system_label(system_id),
+        LABEL_DEVICE: device,
+        LABEL_GEN: str(gen),
+        LABEL_MANAGED: "fleetfish",
+    }
+
+
 def device_selector(system_id: str, device: str) -> str:
     return f"{LABEL_SYSTEM}={system_label(system_id)},{LABEL_DEVICE}={device}"
 
@@ -108,12 +119,7 @@ def dv_body(
         "metadata": {
             "name": dv_name(system_id, device, image, gen),
             "namespace": ns,
-            "labels": {
-                LABEL_SYSTEM: system_label(system_id),
-                LABEL_DEVICE: device,
-                LABEL_GEN: str(gen),
-                LABEL_MANAGED: "fleetfish",
-            },
+            "labels": media_labels(system_id, device, gen),
             # A stopped VM is no "first consumer": without this the import would never start.
             "annotations": {ANN_BIND_IMMEDIATE: "true", ANN_IMAGE: image[:1024]},
         },
@@ -241,14 +247,8 @@ def credentials_secret(
         return ""
     ns, _ = split_system_id(system_id)
     name = f"{dv_name(system_id, device, image, gen)}-auth"
-    labels = {
-        LABEL_SYSTEM: system_label(system_id),
-        LABEL_DEVICE: device,
-        LABEL_GEN: str(gen),
-        LABEL_MANAGED: "fleetfish",
-    }
     data = {"accessKeyId": creds.get("username", ""), "secretKey": creds.get("password", "")}
-    kv.apply_secret(ns, name, data, labels)
+    kv.apply_secret(ns, name, data, media_labels(system_id, device, gen))
     return name
 
 
@@ -285,13 +285,8 @@ def trust_configmap(
     pems = certificates if verify else [presented_certificate(image)]
     ns, _ = split_system_id(system_id)
     name = f"{dv_name(system_id, device, image, gen)}-ca"
-    labels = {
-        LABEL_SYSTEM: system_label(system_id),
-        LABEL_DEVICE: device,
-        LABEL_GEN: str(gen),
-        LABEL_MANAGED: "fleetfish",
-    }
-    kv.apply_configmap(ns, name, {"ca.pem": "\n".join(p.strip() for p in pems) + "\n"}, labels)
+    bundle = {"ca.pem": "\n".join(p.strip() for p in pems) + "\n"}
+    kv.apply_configmap(ns, name, bundle, media_labels(system_id, device, gen))
     return name
 
 
