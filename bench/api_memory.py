@@ -1,0 +1,141 @@
+"""``python -m bench.api_memory``: does one API process keep memory per call it answered?
+
+Runs Ironic's calls for one node (GET the system, EjectMedia, InsertMedia, PATCH the boot
+override, Reset On, GET the media) over and over against the Flask app in this process, with a
+real embedded Redis and nothing consuming the queues, and prints the process's RSS every
+``--every`` cycles. Redis is emptied between rounds so only the API's own memory is measured.
+A flat line after warm-up is the target; ``--trace`` adds tracemalloc's top growing call sites.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import gc
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import bcrypt
+
+from app import create_app
+from fleetfish.mirror import mirror_doc
+from fleetfish.settings import Settings
+from fleetfish.store import Store
+from lab.ports import free_port
+from lab.redis_embedded import EmbeddedRedis
+
+NAMESPACE, VM = "bench", "node-0"
+SYSTEM = f"{NAMESPACE}.{VM}"
+PASSWORD = "bench-pw"
+
+
+def _vm() -> dict:
+    disks = [
+        {"name": "rootdisk", "disk": {"bus": "virtio"}, "bootOrder": 1},
+        {"name": "cdrom", "cdrom": {"bus": "sata"}},
+    ]
+    return {
+        "metadata": {"namespace": NAMESPACE, "name": VM, "uid": "uid-0", "resourceVersion": "1"},
+        "spec": {
+            "runStrategy": "Halted",
+            "template": {
+                "spec": {
+                    "domain": {
+                        "cpu": {"cores": 2, "sockets": 1, "threads": 1},
+                        "memory": {"guest": "4Gi"},
+                        "firmware": {"bootloader": {"efi": {"secureBoot": False}}},
+                        "devices": {"disks": disks, "interfaces": [{"name": "default"}]},
+                    }
+                }
+            },
+        },
+        "status": {"printableStatus": "Stopped"},
+    }
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096 / 2**20
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=1500)
+    parser.add_argument("--every", type=int, default=250)
+    parser.add_argument("--warmup", type=int, default=300)
+    parser.add_argument("--trace", action="store_true", help="tracemalloc's top 5 growers")
+    args = parser.parse_args(argv)
+
+    workdir = Path(tempfile.mkdtemp(prefix="ff-api-memory-"))
+    redis_server = EmbeddedRedis(workdir / "redis", free_port()).start()
+    try:
+        digest = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()
+        users = workdir / "users.yaml"
+        users.write_text(
+            f'users:\n  - name: admin\n    password_hash: "{digest}"\n    role: Administrator\n'
+        )
+        app = create_app(Settings(redis_url=redis_server.url, users_file=str(users)))
+        store = Store.from_url(redis_server.url)
+        client = app.test_client()
+        auth = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()}
+        system = f"/redfish/v1/Systems/{SYSTEM}"
+        media = f"{system}/VirtualMedia/Cd"
+        boot = {"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}
+
+        def reseed() -> None:
+            store.r.flushdb()
+            store.put_system(mirror_doc(_vm(), None))
+
+        def cycle(n: int) -> None:
+            image = f"http://192.0.2.10/boot-{n % 7}.iso"
+            answers = (
+                client.get(system, headers=auth),
+                client.post(f"{media}/Actions/VirtualMedia.EjectMedia", json={}, headers=auth),
+                client.post(
+                    f"{media}/Actions/VirtualMedia.InsertMedia", json={"Image": image}, headers=auth
+                ),
+                client.patch(system, json=boot, headers=auth),
+                client.post(
+                    f"{system}/Actions/ComputerSystem.Reset", json={"ResetType": "On"}, headers=auth
+                ),
+                client.get(media, headers=auth),
+            )
+            failed = [a.status_code for a in answers if a.status_code >= 400]
+            if failed:
+                raise SystemExit(f"cycle {n}: error answers {failed}")
+
+        reseed()
+        for n in range(args.warmup):
+            cycle(n)
+        reseed()
+        gc.collect()
+        if args.trace:
+            tracemalloc.start(8)
+            before = tracemalloc.take_snapshot()
+        start_rss, started = _rss_mib(), time.monotonic()
+        print(f"after {args.warmup} warm-up cycles: RSS {start_rss:.1f} MiB")
+        for n in range(1, args.cycles + 1):
+            cycle(n)
+            if n % args.every == 0:
+                reseed()  # keep Redis small: it is not this process's memory
+                rss = _rss_mib()
+                print(
+                    f"{n:6d} cycles  RSS {rss:6.1f} MiB  (+{rss - start_rss:4.1f})  "
+                    f"{(time.monotonic() - started) * 1000 / n:5.2f} ms per cycle"
+                )
+        growth_kib = (_rss_mib() - start_rss) * 1024 / args.cycles
+        print(f"growth: {growth_kib:.2f} KiB per cycle (6 calls each)")
+        if args.trace:
+            gc.collect()
+            for stat in tracemalloc.take_snapshot().compare_to(before, "traceback")[:5]:
+                print(stat)
+                print("\n".join(stat.traceback.format()[-6:]))
+    finally:
+        redis_server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
