@@ -91,7 +91,10 @@ def _apply_time_errors(value: object) -> list[dict]:
                 errors.append(message("PropertyValueTypeError", [show(item), key], [path]))
             elif item not in APPLY_TIMES:
                 errors.append(message("PropertyValueNotInList", [item, key], [path]))
-        elif key != "@odata.type":
+        elif key == "@odata.type":
+            if not isinstance(item, str):
+                errors.append(message("PropertyValueTypeError", [show(item), key], [path]))
+        else:
             errors.append(message("PropertyUnknown", [f"{name}/{key}"], [path]))
     return errors
 

@@ -31,7 +31,7 @@ TYPES = ("PEM", "PEMchain")
 WRITABLE = {"CertificateString": Param(str), "CertificateType": Param(str, allowed=TYPES)}
 # More would only slow every import of the device; a bundle fits in one PEMchain.
 MAX_CERTIFICATES = 16
-MAX_PEM_BYTES = 64 * 1024
+MAX_PEM_BYTES = 32 * 1024
 _PEM_BLOCK = re.compile(
     r"-----BEGIN CERTIFICATE-----\s*([A-Za-z0-9+/=\s]+?)\s*-----END CERTIFICATE-----"
 )

@@ -132,6 +132,14 @@ def test_body_shape_apply_time_and_if_match(client, systems):
     reply = patch(client, immediate)
     assert (reply.status_code, error_ids(reply)) == (400, ["PropertyValueNotInList"])
     assert related(reply) == ["#/@Redfish.SettingsApplyTime/ApplyTime"]
+    odd_type = {
+        "Attributes": {"CpuMaxSockets": 2},
+        "@Redfish.SettingsApplyTime": {"@odata.type": {}},
+    }
+    reply = patch(client, odd_type)
+    assert (reply.status_code, error_ids(reply)) == (400, ["PropertyValueTypeError"])
+    assert related(reply) == ["#/@Redfish.SettingsApplyTime/@odata.type"]
+    assert pending(client) == {}
     stale = patch(client, {"Attributes": {"CpuMaxSockets": 2}}, {"If-Match": '"stale"'})
     assert stale.status_code == 412
     etag = client.get(SETTINGS, headers=ADMIN).headers["ETag"]
