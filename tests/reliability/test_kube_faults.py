@@ -55,10 +55,13 @@ def test_conflicts_errors_and_timeouts_are_retried_and_the_node_boots_once(stack
     since = time.time()
     try:
         add_fault(stack, method="POST", path_regex=f"{NS_PATH}/datavolumes$", status=500, count=2)
-        add_fault(stack, method="GET", path_regex=f"/datavolumes/ff-{vm}-", status=500, count=2)
+        # DataVolumes are read through the watcher's watch: it reconnects (dropped below) into
+        # two failures before it follows the import again.
+        add_fault(stack, method="GET", path_regex=f"{NS_PATH}/datavolumes$", status=500, count=2)
         add_fault(stack, method="GET", path_regex=f"{vm_path}$", delay_seconds=SLOW_SECONDS)
         add_fault(stack, method="PUT", path_regex=f"{vm_path}$", status=409, count=2)
         add_fault(stack, method="PUT", path_regex=f"{vm_path}/start$", status=500, count=2)
+        requests.post(f"{stack.kube_url}/lab/watches/drop", json={"abrupt": True}, timeout=5)
         rf.boot_cd_once(vm)
         insert = rf.insert(vm, image)
         reset = rf.reset(vm, "On")
