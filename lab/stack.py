@@ -475,7 +475,8 @@ class LabStack:
             if wait_for_port("127.0.0.1", port, 0.5) and listens(proc.pid, port):
                 return
             time.sleep(0.05)
-        raise TimeoutError(f"{name} did not listen on {port}")
+        tail = (self.logs_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+        raise TimeoutError(f"{name} did not listen on {port} in time; its log ends:\n{tail}")
 
     def _await_api(self, deadline: float) -> None:
         if self.config.tls:

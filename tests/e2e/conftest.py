@@ -12,6 +12,10 @@ from lab.ironic import IronicLike
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 from tests.polling import wait_for  # noqa: F401 - re-exported for the tests here
 
+# A lab starts in a few seconds on an idle machine; the budget is for a loaded CI machine, where
+# one lab start once took longer than 90 s.
+START_SECONDS = 180
+
 
 @pytest.fixture(scope="module")
 def lab_factory(tmp_path_factory):
@@ -21,7 +25,7 @@ def lab_factory(tmp_path_factory):
     def start(**overrides) -> LabStack:
         overrides.setdefault("flower", False)
         config = LabConfig.for_tests(tmp_path_factory.mktemp("lab"), **overrides)
-        stack = LabStack(config).start(timeout=90)
+        stack = LabStack(config).start(timeout=START_SECONDS)
         stacks.append(stack)
         return stack
 
