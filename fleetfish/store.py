@@ -205,6 +205,16 @@ local function end_task(id, state, status, message, message_id, now)
     'message_id', message_id, 'end', now)
   return true
 end
+-- A newer media request supersedes the previous one: its task ends here, whether or not its
+-- work was ever sent (the API may die between recording a request and sending it, and the
+-- reaper sends again only the current generation's work).
+-- True if that task was still open: its work may not have happened.
+local function supersede_media_task(media_key, by, now)
+  local previous = redis.call('HGET', media_key, 'task')
+  if not previous or previous == '' then return false end
+  return end_task(previous, 'Cancelled', 'Warning',
+    'Superseded by a newer media request (task ' .. by .. ')', 'TaskEvent.1.0.TaskCancelled', now)
+end
 -- A Reset task about to be sent as power.reset under celery_id: recorded until a worker takes it.
 local function queue_reset(id, celery_id, resets, now)
   redis.call('HSET', TASK_PREFIX .. id, 'celery_id', celery_id, 'sent', now)
@@ -230,6 +240,7 @@ _INSERT = _with_task_lua("""
 local prev_image = redis.call('HGET', KEYS[3], 'image') or ''
 local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
 local prev_state = redis.call('HGET', KEYS[3], 'state') or ''
+supersede_media_task(KEYS[3], ARGV[1], ARGV[4])
 local gen = redis.call('HINCRBY', KEYS[3], 'gen', 1)
 redis.call('HSET', KEYS[3], 'image', ARGV[6], 'image_name', ARGV[7], 'write_protected', ARGV[8],
   'inserted', ARGV[9], 'transfer_protocol', ARGV[10], 'transfer_method', ARGV[11],
@@ -245,13 +256,16 @@ return {gen, prev_image, prev_dv, prev_state}
 """)
 
 # KEYS: task, tasks, media, power, credentials, resets. ARGV: task (1-5), Celery id for a
-# released Reset. Returns {gen, previous dv, was_pending, released action or '', released task
+# released Reset. Returns {gen, previous dv, unfinished, released action or '', released task
 # or ''}. A deferred power action waits only for media; once nothing is pending it is released
 # to the caller, which sends it under that Celery id. With nothing to undo the task ends here.
 _EJECT = _with_task_lua("""
 local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
 local prev_state = redis.call('HGET', KEYS[3], 'state') or ''
-local was_pending = (prev_state == 'Starting' or prev_state == 'Updating') and 1 or 0
+local unfinished = (prev_state == 'Starting' or prev_state == 'Updating') and 1 or 0
+-- An eject whose own work never ran (its message lost) may have left a volume attached: this
+-- one does the work instead of ending at once.
+if supersede_media_task(KEYS[3], ARGV[1], ARGV[4]) then unfinished = 1 end
 local gen = redis.call('HINCRBY', KEYS[3], 'gen', 1)
 redis.call('HSET', KEYS[3], 'image', '', 'image_name', '', 'inserted', '0', 'state', 'Enabled',
   'health', 'OK', 'message', '', 'task', ARGV[1], 'dv', '', 'progress', '0', 'attached', '0',
@@ -270,13 +284,13 @@ if action ~= '' then
     redis.call('HSET', KEYS[4], 'last_request', dtask, 'last_reset', dtask)
   end
 end
-if prev_dv ~= '' or was_pending == 1 then
+if prev_dv ~= '' or unfinished == 1 then
   new_task('Running', '')
 else
   new_task('Completed', 'nothing was attached')
   redis.call('HSET', KEYS[1], 'percent', '100', 'end', ARGV[4])
 end
-return {gen, prev_dv, was_pending, action, dtask}
+return {gen, prev_dv, unfinished, action, dtask}
 """)
 
 # KEYS: task, tasks, media, power, resets. ARGV: task (1-5), action, on-actions csv,
@@ -626,11 +640,11 @@ class Store:
 
         A Reset deferred behind the media is handed back (``released_action``,
         ``released_task``), recorded as sent under ``released_celery_id``: send it with that
-        id. With nothing attached or pending (``previous_dv`` empty, ``was_pending`` False) the
-        task is already Completed.
+        id. With nothing attached, pending or left open by an earlier request (``previous_dv``
+        empty, ``unfinished`` False) the task is already Completed.
         """
         task_id, celery_id = _new_task_id(), _new_celery_id()
-        gen, prev_dv, was_pending, action, dtask = self._eject(
+        gen, prev_dv, unfinished, action, dtask = self._eject(
             keys=[
                 key_task(task_id),
                 KEY_TASKS,
@@ -645,7 +659,7 @@ class Store:
             "task": task_id,
             "gen": int(gen),
             "previous_dv": _s(prev_dv),
-            "was_pending": bool(int(was_pending)),
+            "unfinished": bool(int(unfinished)),
             "released_action": _s(action),
             "released_task": _s(dtask),
             "released_celery_id": celery_id if _s(action) else "",

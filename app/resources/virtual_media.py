@@ -277,7 +277,7 @@ def eject_media(system_id: str, device: str):
             began["released_task"],
             began["released_celery_id"],
         )
-    if not (began["previous_dv"] or began["was_pending"]):
+    if not (began["previous_dv"] or began["unfinished"]):
         return no_content()  # the task ended with the eject: nothing was attached
     result = dispatch.send(
         wire.eject_media(celery(), system_id, device, began["gen"], task_id), system_id

@@ -92,7 +92,7 @@ def test_eject_while_pending_releases_deferred_action(store):
     store.begin_insert("ns.vm", "Cd", "http://iso/a.iso")
     on = store.request_power("ns.vm", "On")
     ej = store.begin_eject("ns.vm", "Cd")
-    assert ej["was_pending"] and ej["released_action"] == "On"
+    assert ej["unfinished"] and ej["released_action"] == "On"
     assert ej["released_task"] == on["task"]
     assert store.get_media("ns.vm")["inserted"] == "0"
     assert store.get_task(ej["task"])["state"] == "Running"
@@ -105,7 +105,7 @@ def test_eject_while_pending_releases_deferred_action(store):
 def test_eject_with_nothing_to_undo_ends_its_task_at_once(store):
     store.r.hset("ff:media:ns.vm:Cd", mapping={"inserted": "1", "state": "Enabled"})
     ej = store.begin_eject("ns.vm", "Cd")
-    assert not ej["was_pending"] and not ej["previous_dv"]
+    assert not ej["unfinished"] and not ej["previous_dv"]
     task = store.get_task(ej["task"])
     assert task["state"] == "Completed" and task["end"] and task["percent"] == "100"
 
@@ -233,3 +233,31 @@ def test_a_lost_power_off_followed_only_by_media_requests_is_still_sent_again(st
     store.begin_insert("ns.vm", "Cd", "http://iso/other.iso")
     store.r.zadd(KEY_RESETS, {on["task"]: 1.0})
     assert store.resend_reset(on["task"], sent_before=100.0)["verdict"] == "superseded"
+
+
+@pytest.mark.parametrize("first", ["insert", "eject"])
+@pytest.mark.parametrize("then", ["insert", "eject"])
+def test_a_media_request_whose_message_was_lost_ends_when_a_newer_one_supersedes_it(
+    store, first, then
+):
+    # The API stopped between recording a request and sending its work (a SIGKILL under load):
+    # no worker will ever end that task, and the reaper resends only the current generation.
+    store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso")
+    begin = {"insert": lambda: store.begin_insert("ns.vm", "Cd", "http://iso/next.iso")}
+    begin["eject"] = lambda: store.begin_eject("ns.vm", "Cd")
+    lost = begin[first]()
+    newer = begin[then]()
+    ended = store.get_task(lost["task"])
+    assert ended["state"] == "Cancelled" and ended["end"], ended
+    assert "Superseded by a newer media request" in ended["message"]
+    assert newer["task"] in ended["message"]
+    # An eject after a lost eject does the work itself: a volume may still be attached.
+    assert store.get_task(newer["task"])["state"] == "Running"
+
+
+def test_an_ended_media_task_is_not_rewritten_by_a_newer_request(store):
+    done = store.begin_insert("ns.vm", "Cd", "http://iso/boot.iso")
+    store.update_task(done["task"], state="Completed", message="attached")
+    store.begin_insert("ns.vm", "Cd", "http://iso/next.iso")
+    assert store.get_task(done["task"])["state"] == "Completed"
+    assert store.get_task(done["task"])["message"] == "attached"
