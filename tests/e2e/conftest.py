@@ -103,5 +103,14 @@ class VMTimeline:
         every change of it is seen."""
         wait_for(lambda: vm in self.seen, timeout, what=f"watch of {vm} streaming")
 
+    def recorded(self, vm: str, timeout: float = 30.0) -> None:
+        """Return once the watch has delivered both the attach and the power-on of ``vm``: its
+        thread may still be behind the cluster when the test has already seen the boot."""
+        wait_for(
+            lambda: vm in self.attached and vm in self.started,
+            timeout,
+            what=f"the watch to record {vm}'s attach and power-on",
+        )
+
     def stop(self) -> None:
         self.watch.stop()

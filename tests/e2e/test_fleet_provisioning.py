@@ -31,6 +31,8 @@ def run_fleet(stack, count: int, import_seconds: float):
     while time.time() < deadline and len(by_vm) < count:
         by_vm = {b["vm"]: b for b in boots(stack, since=started)}
         time.sleep(0.5)
+    for name in by_vm:
+        timeline.recorded(name)
     timeline.stop()
     return names, images, runs, by_vm, timeline, started
 

@@ -98,6 +98,7 @@ def test_a_power_on_sent_while_media_is_pending_waits_for_the_iso(stack, rf, vm,
         assert (record["kind"], record["image_url"]) == ("cdrom", image), record
         power_state(rf, vm, "On")
         assert [b["vm"] for b in boots(stack, since)].count(vm) == 1
+        timeline.recorded(vm)
         assert timeline.attached[vm] <= timeline.started[vm], "powered on before the ISO"
     finally:
         timeline.stop()
