@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -15,6 +16,20 @@ from tests.polling import wait_for  # noqa: F401 - re-exported for the tests her
 # A lab starts in a few seconds on an idle machine; the budget is for a loaded CI machine, where
 # one lab start once took longer than 90 s.
 START_SECONDS = 180
+
+
+@pytest.fixture(autouse=True)
+def finalize_earlier_clients():
+    """Collect the garbage of earlier tests before this one acts.
+
+    A sushy client sits in reference cycles, so it is freed only by a full garbage collection,
+    at whatever allocation triggers one, and its finalizer logs its Redfish session out over
+    HTTP. In a CI run an Ironic-like sequence stalled 54 s between InsertMedia and its next
+    call, right where an earlier test's client logged out; the media had failed meanwhile, so
+    the Reset no longer met pending media. Finalizing those clients here keeps them out of the
+    timed sequences a test drives.
+    """
+    gc.collect()
 
 
 @pytest.fixture(scope="module")

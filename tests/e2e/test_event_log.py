@@ -101,6 +101,10 @@ def test_a_media_failure_shows_the_clusters_reason(stack, operator_client):
     assert failed["Message"].startswith("Virtual media Cd failed:")
     assert "404" in failed["Message"]
     messages = [e["Message"] for e in read_log(operator_client, vm)]
+    # The Reset met pending media (it came right after the insert, as Ironic sends it); one that
+    # came after the failure would rightly power the node on, and this test would prove nothing.
+    deferred = [m for m in messages if m.startswith("Reset On deferred")]
+    assert deferred, f"the Reset reached the API only after the media failed: {messages}"
     assert not any(m.startswith(("Reset On released", "Booted")) for m in messages), messages
     assert [b for b in boots(stack, since) if b["vm"] == vm] == []
 
