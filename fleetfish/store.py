@@ -207,8 +207,8 @@ local function end_task(id, state, status, message, message_id, now)
 end
 -- A newer media request supersedes the previous one: its task ends here, whether or not its
 -- work was ever sent (the API may die between recording a request and sending it, and the
--- reaper sends again only the current generation's work).
--- True if that task was still open: its work may not have happened.
+-- reaper sends again only the current generation's work). True if that task was still open,
+-- so its work may not have happened.
 local function supersede_media_task(media_key, by, now)
   local previous = redis.call('HGET', media_key, 'task')
   if not previous or previous == '' then return false end

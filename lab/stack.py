@@ -459,10 +459,13 @@ class LabStack:
             gone["redis"] = self.redis.proc.returncode
         return gone
 
+    def _log_tail(self, name: str, size: int = 3000) -> str:
+        return (self.logs_dir / f"{name}.log").read_text(errors="replace")[-size:]
+
     def _check_alive(self) -> None:
         for name, proc in self.procs.items():
             if proc.poll() is not None:
-                tail = (self.logs_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+                tail = self._log_tail(name)
                 raise RuntimeError(f"{name} exited with {proc.returncode} during start:\n{tail}")
         if self.redis and not self.redis.running:
             raise RuntimeError(f"redis-server exited during start (log: {self.redis.data_dir})")
@@ -475,7 +478,7 @@ class LabStack:
             if wait_for_port("127.0.0.1", port, 0.5) and listens(proc.pid, port):
                 return
             time.sleep(0.05)
-        tail = (self.logs_dir / f"{name}.log").read_text(errors="replace")[-3000:]
+        tail = self._log_tail(name)
         raise TimeoutError(f"{name} did not listen on {port} in time; its log ends:\n{tail}")
 
     def _await_api(self, deadline: float) -> None:

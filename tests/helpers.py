@@ -135,6 +135,12 @@ def add_fault(stack: LabStack, **spec) -> None:
     assert reply.status_code in (200, 201), reply.text
 
 
+def drop_watches(stack: LabStack, abrupt: bool = False) -> None:
+    """POST /lab/watches/drop: every open watch ends (``abrupt``: cut without a final event)."""
+    reply = requests.post(f"{stack.kube_url}/lab/watches/drop", json={"abrupt": abrupt}, timeout=5)
+    assert reply.status_code == 200, reply.text
+
+
 def clear_faults(stack: LabStack) -> None:
     requests.delete(f"{stack.kube_url}/lab/faults", timeout=5)
 

@@ -18,6 +18,7 @@ from tests.helpers import (
     boots,
     clear_faults,
     datavolumes,
+    drop_watches,
     system_id,
     vm_datavolumes,
     wait_boot,
@@ -61,7 +62,7 @@ def test_conflicts_errors_and_timeouts_are_retried_and_the_node_boots_once(stack
         add_fault(stack, method="GET", path_regex=f"{vm_path}$", delay_seconds=SLOW_SECONDS)
         add_fault(stack, method="PUT", path_regex=f"{vm_path}$", status=409, count=2)
         add_fault(stack, method="PUT", path_regex=f"{vm_path}/start$", status=500, count=2)
-        requests.post(f"{stack.kube_url}/lab/watches/drop", json={"abrupt": True}, timeout=5)
+        drop_watches(stack, abrupt=True)
         rf.boot_cd_once(vm)
         insert = rf.insert(vm, image)
         reset = rf.reset(vm, "On")
@@ -89,7 +90,7 @@ def test_dropped_failing_and_expired_watches_relist_and_converge(stack, rf):
         add_fault(
             stack, method="GET", path_regex=f"{NS_PATH}/virtualmachines$", status=500, count=3
         )
-        requests.post(f"{stack.kube_url}/lab/watches/drop", json={"abrupt": True}, timeout=5)
+        drop_watches(stack, abrupt=True)
         # Changed behind fleetfish's back while its watches are down, then the history of
         # that change is forgotten: the reconnecting watches get 410 and must relist.
         start = f"/apis/subresources.kubevirt.io/v1{NS_PATH}/virtualmachines/{vm}/start"
