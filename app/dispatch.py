@@ -65,9 +65,10 @@ def make_celery(settings: Settings) -> Celery:
     return app
 
 
-def send(signature: Signature, system_id: str) -> AsyncResult:
-    """Queue a signature (or canvas); broker failures propagate and become a 503."""
-    result = signature.apply_async()
+def send(signature: Signature, system_id: str, celery_id: str | None = None) -> AsyncResult:
+    """Queue a signature (or canvas), under ``celery_id`` when the Store chose it beforehand;
+    broker failures propagate and become a 503."""
+    result = signature.apply_async(task_id=celery_id) if celery_id else signature.apply_async()
     log.info("sent %s system=%s celery_id=%s", _name(signature), system_id, result.id)
     return result
 

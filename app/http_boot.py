@@ -74,8 +74,9 @@ def start(system_id: str, uri: str) -> str | None:
     """Import and attach the URI as the CD medium; the InsertMedia task id (None: attached)."""
     checked = parse(uri)
     assert checked is not None  # request_errors() passed
-    task_id = start_insert(
+    task = start_insert(
         system_id, "Cd", checked.url, username=checked.username, password=checked.password
     )
+    task_id = task["id"] if task else None
     log.info("UEFI HTTP boot medium %s task=%s system=%s", redact(uri), task_id, system_id)
     return task_id

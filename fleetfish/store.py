@@ -188,10 +188,10 @@ _LUA_TASKS = (
     f"local POWER_PREFIX = '{PREFIX}power:'\n"
     f"local ENDED = {{{', '.join(f'{s} = true' for s in ENDED_TASK_STATES)}}}\n"
     """
-local function new_task(state, message)
+local function new_task(state, message, celery_id)
   redis.call('HSET', KEYS[1], 'id', ARGV[1], 'name', ARGV[2], 'system', ARGV[3],
     'state', state, 'status', 'OK', 'percent', '0', 'message', message, 'message_id', '',
-    'start', ARGV[4], 'end', '', 'celery_id', '')
+    'start', ARGV[4], 'end', '', 'celery_id', celery_id or '')
   redis.call('EXPIRE', KEYS[1], ARGV[5])
   redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[4]) - tonumber(ARGV[5]))
@@ -234,8 +234,8 @@ return 1
 """)
 
 # KEYS: task, tasks, media, credentials, power. ARGV: task (1-5), image, image_name,
-# write_protected, inserted, protocol, method, username, password.
-# Returns {gen, previous image, previous dv, previous state}.
+# write_protected, inserted, protocol, method, username, password, Celery id of the chord.
+# Returns {gen, previous image, previous dv, previous state, the new task's fields}.
 _INSERT = _with_task_lua("""
 local prev_image = redis.call('HGET', KEYS[3], 'image') or ''
 local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
@@ -251,13 +251,13 @@ if ARGV[12] ~= '' or ARGV[13] ~= '' then
   redis.call('HSET', KEYS[4], 'username', ARGV[12], 'password', ARGV[13])
 end
 redis.call('HSET', KEYS[5], 'last_request', ARGV[1])
-new_task('Running', '')
-return {gen, prev_image, prev_dv, prev_state}
+new_task('Running', '', ARGV[14])
+return {gen, prev_image, prev_dv, prev_state, redis.call('HGETALL', KEYS[1])}
 """)
 
 # KEYS: task, tasks, media, power, credentials, resets. ARGV: task (1-5), Celery id for a
-# released Reset. Returns {gen, previous dv, unfinished, released action or '', released task
-# or ''}. A deferred power action waits only for media; once nothing is pending it is released
+# released Reset, Celery id of the eject's own work. Returns {gen, previous dv, unfinished,
+# released action or '', released task or '', the new task's fields}. A deferred power action waits only for media; once nothing is pending it is released
 # to the caller, which sends it under that Celery id. With nothing to undo the task ends here.
 _EJECT = _with_task_lua("""
 local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
@@ -285,18 +285,18 @@ if action ~= '' then
   end
 end
 if prev_dv ~= '' or unfinished == 1 then
-  new_task('Running', '')
+  new_task('Running', '', ARGV[7])
 else
   new_task('Completed', 'nothing was attached')
   redis.call('HSET', KEYS[1], 'percent', '100', 'end', ARGV[4])
 end
-return {gen, prev_dv, unfinished, action, dtask}
+return {gen, prev_dv, unfinished, action, dtask, redis.call('HGETALL', KEYS[1])}
 """)
 
 # KEYS: task, tasks, media, power, resets. ARGV: task (1-5), action, on-actions csv,
 # off-actions csv, Celery id, defer ("1": a power-on waits for pending media).
-# Returns {verdict, cancelled task or ''} where verdict is 'deferred' or 'run'; a 'run' is
-# recorded in ``ff:resets`` under the Celery id the caller sends it with.
+# Returns {verdict, cancelled task or '', the new task's fields} where verdict is 'deferred' or
+# 'run'; a 'run' is recorded in ``ff:resets`` under the Celery id the caller sends it with.
 _RESET = _with_task_lua("""
 local function member(csv, x)
   for item in string.gmatch(csv, '([^,]+)') do if item == x then return true end end
@@ -332,7 +332,7 @@ else
 end
 redis.call('HSET', KEYS[1], 'action', ARGV[6])
 if verdict == 'run' then queue_reset(ARGV[1], ARGV[9], KEYS[5], ARGV[4]) end
-return {verdict, cancelled}
+return {verdict, cancelled, redis.call('HGETALL', KEYS[1])}
 """)
 
 # KEYS: task, resets. ARGV: task id, now. A worker took the Reset's message: it leaves
@@ -455,6 +455,14 @@ redis.call('HSET', KEYS[1], 'enabled', 'Disabled', 'target', 'None')
 return redis.call('HINCRBY', KEYS[1], 'gen', 1)
 """
 
+# KEYS: task. ARGV: field/value pairs. A late writer never resurrects an ended task.
+_UPDATE_TASK = _with_task_lua("""
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or ENDED[state] then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV))
+return 1
+""")
+
 # KEYS: media. ARGV: gen, then field/value pairs. Updates only the current generation.
 _UPDATE_IF_GEN = """
 if (redis.call('HGET', KEYS[1], 'gen') or '0') ~= ARGV[1] then return 0 end
@@ -471,6 +479,18 @@ def _s(value: Any) -> str:
 
 def _decode(mapping: dict) -> dict[str, str]:
     return {_s(k): _s(v) for k, v in mapping.items()}
+
+
+def _media_defaults(data: dict[str, str]) -> dict[str, str]:
+    """A slot never written to is an empty, healthy CD drive."""
+    for field, value in (("inserted", "0"), ("state", "Enabled"), ("health", "OK"), ("gen", "0")):
+        data.setdefault(field, value)
+    return data
+
+
+def _pairs(flat: list) -> dict[str, str]:
+    """A hash as a script returns it (HGETALL inside Lua: a flat field, value list)."""
+    return {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
 def _new_task_id() -> str:
@@ -496,6 +516,7 @@ class Store:
         self._take_reset = client.register_script(_TAKE_RESET)
         self._resend_reset = client.register_script(_RESEND_RESET)
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
+        self._update_task = client.register_script(_UPDATE_TASK)
         self._end_boot_once = client.register_script(_END_BOOT_ONCE)
         self._fail_start = client.register_script(_FAIL_START)
         self._end_inflight = client.register_script(_END_INFLIGHT)
@@ -581,12 +602,17 @@ class Store:
     # -- media -------------------------------------------------------------------------------
 
     def get_media(self, system_id: str, device: str = "Cd") -> dict[str, str]:
-        data = _decode(self.r.hgetall(key_media(system_id, device)))
-        data.setdefault("inserted", "0")
-        data.setdefault("state", "Enabled")
-        data.setdefault("health", "OK")
-        data.setdefault("gen", "0")
-        return data
+        return _media_defaults(_decode(self.r.hgetall(key_media(system_id, device))))
+
+    def media_and_credentials(
+        self, system_id: str, device: str = "Cd"
+    ) -> tuple[dict[str, str], dict[str, str]]:
+        """``get_media`` and ``media_credentials`` in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        pipe.hgetall(key_media(system_id, device))
+        pipe.hgetall(key_media_cred(system_id, device))
+        media, credentials = pipe.execute()
+        return _media_defaults(_decode(media)), _decode(credentials)
 
     def begin_insert(
         self,
@@ -603,11 +629,13 @@ class Store:
     ) -> dict[str, Any]:
         """Create the InsertMedia task and record the request (a new generation) in one step.
 
-        Returns ``task``, ``gen`` and the ``previous_image``/``previous_dv``/``previous_state``.
+        Returns ``task``, ``gen``, ``celery_id`` (send the media work under it: it is recorded
+        on the task), the new task's ``fields`` and the
+        ``previous_image``/``previous_dv``/``previous_state``.
         """
         image_name = image.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
-        task_id = _new_task_id()
-        gen, prev_image, prev_dv, prev_state = self._insert(
+        task_id, celery_id = _new_task_id(), _new_celery_id()
+        gen, prev_image, prev_dv, prev_state, fields = self._insert(
             keys=[
                 key_task(task_id),
                 KEY_TASKS,
@@ -625,11 +653,14 @@ class Store:
                 transfer_method,
                 username,
                 password,
+                celery_id,
             ],
         )
         return {
             "task": task_id,
             "gen": int(gen),
+            "celery_id": celery_id,
+            "fields": _pairs(fields),
             "previous_image": _s(prev_image),
             "previous_dv": _s(prev_dv),
             "previous_state": _s(prev_state),
@@ -641,10 +672,11 @@ class Store:
         A Reset deferred behind the media is handed back (``released_action``,
         ``released_task``), recorded as sent under ``released_celery_id``: send it with that
         id. With nothing attached, pending or left open by an earlier request (``previous_dv``
-        empty, ``unfinished`` False) the task is already Completed.
+        empty, ``unfinished`` False) the task is already Completed; otherwise send the eject's
+        work under ``celery_id``. ``fields``: the new task as recorded.
         """
-        task_id, celery_id = _new_task_id(), _new_celery_id()
-        gen, prev_dv, unfinished, action, dtask = self._eject(
+        task_id, celery_id, own_celery_id = _new_task_id(), _new_celery_id(), _new_celery_id()
+        gen, prev_dv, unfinished, action, dtask, fields = self._eject(
             keys=[
                 key_task(task_id),
                 KEY_TASKS,
@@ -653,11 +685,17 @@ class Store:
                 key_media_cred(system_id, device),
                 KEY_RESETS,
             ],
-            args=[*self._task_args(task_id, f"EjectMedia {device}", system_id), celery_id],
+            args=[
+                *self._task_args(task_id, f"EjectMedia {device}", system_id),
+                celery_id,
+                own_celery_id,
+            ],
         )
         return {
             "task": task_id,
             "gen": int(gen),
+            "celery_id": own_celery_id,
+            "fields": _pairs(fields),
             "previous_dv": _s(prev_dv),
             "unfinished": bool(int(unfinished)),
             "released_action": _s(action),
@@ -726,11 +764,11 @@ class Store:
 
         Returns ``task``, ``verdict`` ("run" or "deferred"), ``celery_id`` (send a "run" under
         this id) and ``cancelled_task``: a deferred action this request superseded or
-        cancelled (an Off cancels a deferred On), already marked Cancelled. ``defer=False``
-        (the sequential mode) always runs.
+        cancelled (an Off cancels a deferred On), already marked Cancelled; ``fields``: the new
+        task as recorded. ``defer=False`` (the sequential mode) always runs.
         """
         task_id, celery_id = _new_task_id(), _new_celery_id()
-        verdict, cancelled = self._reset(
+        verdict, cancelled, fields = self._reset(
             keys=[
                 key_task(task_id),
                 KEY_TASKS,
@@ -753,6 +791,7 @@ class Store:
             "verdict": verdict,
             "celery_id": celery_id if verdict == "run" else "",
             "cancelled_task": _s(cancelled),
+            "fields": _pairs(fields),
         }
 
     def take_reset(self, task_id: str) -> str:
@@ -936,12 +975,10 @@ class Store:
         """Update a task unless it already ended (a late writer never resurrects a task)."""
         if not task_id:
             return
-        key = key_task(task_id)
-        state = _s(self.r.hget(key, "state"))
-        if not state or state in ENDED_TASK_STATES:
-            return
         if fields.get("state") in ENDED_TASK_STATES:
             fields.setdefault("end", time.time())
             if fields.get("state") == "Completed":
                 fields.setdefault("percent", 100)
-        self.r.hset(key, mapping={k: _s(v) for k, v in fields.items()})
+        pairs = [part for name, value in fields.items() for part in (name, _s(value))]
+        if pairs:
+            self._update_task(keys=[key_task(task_id)], args=pairs)

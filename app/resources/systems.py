@@ -250,7 +250,7 @@ def reset(system_id: str):
             system_id,
             task_id,
         )
-        return accepted(task_id)
+        return accepted(task_id, verdict["fields"])
     events().reset(system_id, action, task_id)
     signature = wire.power_reset(celery(), system_id, action, task_id, verdict["celery_id"])
     try:
@@ -263,4 +263,4 @@ def reset(system_id: str):
             message="could not queue the power action",
         )
         raise
-    return accepted(task_id)
+    return accepted(task_id, verdict["fields"])

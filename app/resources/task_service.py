@@ -59,9 +59,10 @@ def render_task(task: dict[str, str]) -> dict:
     return body
 
 
-def accepted(task_id: str) -> Response:
-    """202 for an action: Location names the task monitor, the body is the Task."""
-    task = store().get_task(task_id) or {"id": task_id}
+def accepted(task_id: str, task: dict[str, str] | None = None) -> Response:
+    """202 for an action: Location names the task monitor, the body is the Task (``task``:
+    its fields as the step that created it returned them, saving a read)."""
+    task = task or store().get_task(task_id) or {"id": task_id}
     return resource(
         render_task(task),
         status=202,

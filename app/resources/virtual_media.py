@@ -183,7 +183,7 @@ def insert_media(system_id: str, device: str):
     image = checked.url
     username = params.get("UserName") or checked.username
     password = params.get("Password") or checked.password
-    task_id = start_insert(
+    task = start_insert(
         system_id,
         device,
         image,
@@ -194,24 +194,23 @@ def insert_media(system_id: str, device: str):
         transfer_protocol=params.get("TransferProtocolType", ""),
         transfer_method=params.get("TransferMethod", ""),
     )
-    return accepted(task_id) if task_id else no_content()
+    return accepted(task["id"], task) if task else no_content()
 
 
 def start_insert(
     system_id: str, device: str, image: str, username: str = "", password: str = "", **options
-) -> str | None:
-    """Record an insert and send its chord; the task id, or None when that very image is
-    already attached (nothing to do). Also the medium of a UEFI HTTP boot (systems.py)."""
+) -> dict[str, str] | None:
+    """Record an insert and send its chord; the task's fields, or None when that very image
+    is already attached (nothing to do). Also the medium of a UEFI HTTP boot (systems.py)."""
     st = store()
-    current = st.get_media(system_id, device)
+    current, credentials = st.media_and_credentials(system_id, device)
     same_credentials = _same_credentials(
-        st.media_credentials(system_id, device),
-        {"username": username, "password": password} if username or password else {},
+        credentials, {"username": username, "password": password} if username or password else {}
     )
     if current.get("image") == image and current.get("inserted") == "1" and same_credentials:
         if current.get("state") in PENDING_STATES:
             if current.get("task"):
-                return current["task"]
+                return st.get_task(current["task"]) or {"id": current["task"]}
         elif current.get("health") == "OK":
             return None
     began = st.begin_insert(
@@ -221,11 +220,12 @@ def start_insert(
     gen, task_id = began["gen"], began["task"]
     events().inserted(system_id, device, redact(image), gen)
     try:
-        result = dispatch.send(build(celery(), system_id, device, gen, image, task_id), system_id)
+        dispatch.send(
+            build(celery(), system_id, device, gen, image, task_id), system_id, began["celery_id"]
+        )
     except Exception:
         _abandon(system_id, device, gen, task_id)
         raise
-    st.update_task(task_id, celery_id=result.id)
     log.info(
         "InsertMedia %s gen=%s task=%s system=%s",
         image,
@@ -233,7 +233,7 @@ def start_insert(
         task_id,
         system_id,
     )
-    return task_id
+    return began["fields"]
 
 
 def _same_credentials(stored: dict[str, str], given: dict[str, str]) -> bool:
@@ -279,12 +279,13 @@ def eject_media(system_id: str, device: str):
         )
     if not (began["previous_dv"] or began["unfinished"]):
         return no_content()  # the task ended with the eject: nothing was attached
-    result = dispatch.send(
-        wire.eject_media(celery(), system_id, device, began["gen"], task_id), system_id
+    dispatch.send(
+        wire.eject_media(celery(), system_id, device, began["gen"], task_id),
+        system_id,
+        began["celery_id"],
     )
-    st.update_task(task_id, celery_id=result.id)
     log.info("EjectMedia gen=%s task=%s system=%s", began["gen"], task_id, system_id)
-    return accepted(task_id)
+    return accepted(task_id, began["fields"])
 
 
 def _release(system_id: str, action: str, task_id: str, celery_id: str) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import redis
 from api_helpers import ADMIN, EJECT_URI, INSERT_URI, RESET_URI
 from celery.result import AsyncResult
 
@@ -57,3 +58,50 @@ def test_answered_calls_leave_no_celery_results_behind(client, systems):
     gc.collect()
     alive = [o for o in gc.get_objects() if isinstance(o, AsyncResult)]
     assert alive == [], f"{len(alive)} results still referenced"
+
+
+def _redis_commands(redis_url: str, call) -> list[str]:
+    """The commands the API sent to Redis while ``call`` ran (not those its scripts ran)."""
+    marker = "ff-footprint-end"
+    watcher = redis.Redis.from_url(redis_url, decode_responses=True)
+    ender = redis.Redis.from_url(redis_url, decode_responses=True)
+    ender.ping()  # connected before the feed starts: its handshake is not counted
+    sent: list[str] = []
+    with watcher.monitor() as feed:
+        call()
+        ender.echo(marker)  # after the call: the feed holds everything the call sent before it
+        for _ in range(1000):
+            entry = feed.next_command()
+            if entry["command"] == f"ECHO {marker}":
+                break
+            # The login lockout check is remembered per user for a while (app/sessions.py).
+            if entry.get("client_type") != "lua" and "ff:authlock" not in entry["command"]:
+                sent.append(entry["command"].split(" ", 1)[0])
+    watcher.close()
+    ender.close()
+    return sent
+
+
+def test_insert_media_and_reset_cost_few_redis_commands(client, systems, redis_url):
+    """Each Ironic call costs the API CPU per Redis command, and Ironic sends them for every
+    node at once. InsertMedia: the system, the slot and its credentials, one script that
+    records the request, the event log, the chord counter, the message and its sent event.
+    A deferred Reset: the system, one script, the event log."""
+    image = "http://192.0.2.10:8080/redfish/boot-{}.iso"
+    # A first round opens the connections and loads the scripts; the second is what every
+    # later provisioning costs.
+    assert (
+        client.post(INSERT_URI, json={"Image": image.format(0)}, headers=ADMIN).status_code == 202
+    )
+    assert client.post(RESET_URI, json={"ResetType": "On"}, headers=ADMIN).status_code == 202
+    insert = _redis_commands(
+        redis_url,
+        lambda: client.post(INSERT_URI, json={"Image": image.format(1)}, headers=ADMIN),
+    )
+    reset = _redis_commands(
+        redis_url,
+        lambda: client.post(RESET_URI, json={"ResetType": "On"}, headers=ADMIN),
+    )
+    assert "EVALSHA" in insert and "LPUSH" in insert
+    assert len(insert) <= 9, " ".join(insert)
+    assert len(reset) <= 3, " ".join(reset)
