@@ -49,8 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     config = LabConfig.for_tests(
         Path(tempfile.mkdtemp(prefix="ff-redis-")), vms=args.vms, import_seconds=1, flower=False
     )
-    with LabStack(config).start(timeout=90) as stack:
-        ironic = IronicLike(stack.redfish_url, *stack.credentials)
+    with (
+        LabStack(config).start(timeout=90) as stack,
+        IronicLike(stack.redfish_url, *stack.credentials) as ironic,
+    ):
         systems = _lab_systems(args.vms)
         for round_ in range(args.rounds):
             images = {s: f"{stack.iso_url}/images/boot-{s.split('.', 1)[1]}.iso" for s in systems}

@@ -54,6 +54,23 @@ class IronicLike:
         )
         self._lock = threading.Lock()
 
+    def close(self) -> None:
+        """Log the Redfish session out now. Left to sushy's finalizer, the logout happens at
+        whatever garbage collection frees the client (it sits in reference cycles), in the
+        middle of someone else's calls."""
+        auth, self.client._auth = self.client._auth, None
+        if auth is not None:
+            try:
+                auth.close()
+            except Exception as error:  # the service may be gone already; nothing to undo
+                log.info("Redfish session logout failed: %s", error)
+
+    def __enter__(self) -> IronicLike:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
     def system(self, system_id: str):
         return self.client.get_system(f"/redfish/v1/Systems/{system_id}")
 

@@ -11,6 +11,7 @@ import sushy
 from sushy.auth import SessionOrBasicAuth
 
 from fleetfish.mirror import mirror_doc
+from lab.ironic import IronicLike
 from tests.api.api_gunicorn import running_gunicorn
 from tests.api.api_helpers import LAB_LABELS, PASSWORDS, SYS, SYS_URI, Queues, make_vm
 
@@ -147,3 +148,15 @@ def test_stalled_client_is_dropped_and_others_served(redis_url, users_file, tmp_
     log = log_path.read_text()
     assert "WORKER TIMEOUT" not in log
     assert "dropped a client connection" in log and "Traceback" not in log
+
+
+def test_an_ironic_like_client_logs_its_session_out_when_closed(gunicorn, store):
+    """Left to sushy's finalizer, the logout comes at some later garbage collection, in the
+    middle of whatever calls run then; closed, the session ends at once."""
+    url, _ = gunicorn
+    node = IronicLike(url, "admin", PASSWORDS["admin"])
+    assert node.system(SYS).identity == SYS
+    assert list(store.r.scan_iter("ff:sess:*"))
+    node.close()
+    assert list(store.r.scan_iter("ff:sess:*")) == []
+    node.close()  # a second close has nothing to log out

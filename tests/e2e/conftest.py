@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 
@@ -18,18 +17,9 @@ from tests.polling import wait_for  # noqa: F401 - re-exported for the tests her
 START_SECONDS = 180
 
 
-@pytest.fixture(autouse=True)
-def finalize_earlier_clients():
-    """Collect the garbage of earlier tests before this one acts.
-
-    A sushy client sits in reference cycles, so it is freed only by a full garbage collection,
-    at whatever allocation triggers one, and its finalizer logs its Redfish session out over
-    HTTP. In a CI run an Ironic-like sequence stalled 54 s between InsertMedia and its next
-    call, right where an earlier test's client logged out; the media had failed meanwhile, so
-    the Reset no longer met pending media. Finalizing those clients here keeps them out of the
-    timed sequences a test drives.
-    """
-    gc.collect()
+# One Ironic-like client per lab, as Ironic keeps one session per BMC: its session is logged
+# out when the lab stops, not by a garbage collection in the middle of a later test's calls.
+_IRONIC_CLIENTS: dict[int, IronicLike] = {}
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +36,9 @@ def lab_factory(tmp_path_factory):
 
     yield start
     for stack in stacks:
+        client = _IRONIC_CLIENTS.pop(id(stack), None)
+        if client is not None:
+            client.close()
         stack.stop()
 
 
@@ -59,8 +52,12 @@ def lab_vm_names(count: int) -> list[str]:
 
 
 def ironic(stack: LabStack) -> IronicLike:
-    user, password = stack.credentials
-    return IronicLike(stack.redfish_url, user, password)
+    """The lab's Ironic-like client (one sushy session per lab, as Ironic's conductor keeps)."""
+    client = _IRONIC_CLIENTS.get(id(stack))
+    if client is None:
+        user, password = stack.credentials
+        client = _IRONIC_CLIENTS[id(stack)] = IronicLike(stack.redfish_url, user, password)
+    return client
 
 
 def boots(stack: LabStack, since: float = 0.0) -> list[dict]:

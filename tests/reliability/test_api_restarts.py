@@ -208,7 +208,8 @@ def test_api_restarted_under_load_answers_cleanly_and_writes_whole_state(stack):
     since = time.time()
     images = {system_id(vm): f"{stack.iso_url}/images/after-restarts-{vm}.iso" for vm in vms}
     user, password = stack.credentials
-    runs = IronicLike(stack.redfish_url, user, password).provision_all(images, power_timeout=60)
+    with IronicLike(stack.redfish_url, user, password) as node:
+        runs = node.provision_all(images, power_timeout=60)
     assert [run.error for run in runs] == [""] * len(vms)
     wait_for(
         lambda: {b["vm"] for b in boots(stack, since)} >= set(vms), 60, what="every node boots"

@@ -57,7 +57,8 @@ def test_worker_host_cut_off_mid_run_the_other_host_finishes(tmp_path):
             daemon=True,
         )
         cutter.start()
-        runs = ironic.provision_all(images, power_timeout=VISIBILITY * 6 + 60)
+        with ironic:
+            runs = ironic.provision_all(images, power_timeout=VISIBILITY * 6 + 60)
         cutter.join(35)
         assert cut, "worker host 1 never took any work"
         assert [r.error for r in runs] == [""] * VMS, [r.as_dict() for r in runs]
