@@ -39,10 +39,15 @@ def _celery_config(settings: Settings) -> dict:
         "result_accept_content": ["json"],
         "task_routes": TASK_ROUTES,
         "task_default_queue": MEDIA_QUEUE,
-        # Results are kept: chord headers need them (a global ignore_result breaks chords).
+        # Results are kept for the chord's member (media.attach, which carries the chord in its
+        # message): a global ignore_result breaks chords. Every other task stores none
+        # (``ignore_result`` on each, so no RETRY result per import look either): nobody reads
+        # them, the Redfish tasks and the event log are the record, and a failed media.import
+        # still reaches the chord's errback through the chain it carries. Stored results carry
+        # no arguments or names (result_extended): nothing reads those either.
         "task_ignore_result": False,
         "result_expires": settings.task_result_ttl,
-        "result_extended": True,
+        "result_extended": False,
         # Idempotent tasks, acknowledged after they ran; a killed child requeues its task.
         "task_acks_late": True,
         "task_reject_on_worker_lost": True,
@@ -66,7 +71,9 @@ def _celery_config(settings: Settings) -> dict:
         "broker_connection_retry_on_startup": True,
         "worker_send_task_events": True,
         "task_send_sent_event": True,
-        "task_track_started": True,
+        # No STARTED result per run: Flower shows a started task from the worker's events, and
+        # an import look would write one every time it runs.
+        "task_track_started": False,
         "worker_hijack_root_logger": False,
         "enable_utc": True,
     }

@@ -21,7 +21,7 @@ REVERT_WAIT = 600.0
 REVERT_POLL = 1.0
 
 
-@shared_task(bind=True, name="boot.apply", max_retries=None, acks_late=True)
+@shared_task(bind=True, name="boot.apply", max_retries=None, acks_late=True, ignore_result=True)
 @single_delivery
 def boot_apply(self, system_id, boot_gen, transient=0):
     """Apply the stored override (``Store.get_boot``) to a VM that is off, unless a newer one
@@ -50,7 +50,9 @@ def boot_apply(self, system_id, boot_gen, transient=0):
     return {"applied": override}
 
 
-@shared_task(bind=True, name="boot.revert_once", max_retries=None, acks_late=True)
+@shared_task(
+    bind=True, name="boot.revert_once", max_retries=None, acks_late=True, ignore_result=True
+)
 @single_delivery
 def boot_revert_once(self, system_id, vmi_uid_before, boot_gen=None, since=None, transient=0):
     """End the Once override ``boot_gen`` once a VMI other than ``vmi_uid_before`` exists.

@@ -194,7 +194,7 @@ def import_step(
     return None
 
 
-@shared_task(bind=True, name="media.import", max_retries=None, acks_late=True)
+@shared_task(bind=True, name="media.import", max_retries=None, acks_late=True, ignore_result=True)
 @single_delivery
 def media_import(
     self, system_id, device, gen, image, task_id, started=None, transient=0, read_at=0.0
@@ -347,7 +347,7 @@ def media_attach(self, system_id, device, gen, task_id, since=None, transient=0)
     )
 
 
-@shared_task(bind=True, name="media.release", max_retries=None, acks_late=True)
+@shared_task(bind=True, name="media.release", max_retries=None, acks_late=True, ignore_result=True)
 @single_delivery
 def media_release(self, system_id, device, gen, task_id, transient=0, waiting_since=None):
     """Chord body: media ready; run the Reset that was deferred meanwhile, exactly once."""
@@ -392,7 +392,7 @@ def _clear_device(system_id: str, device: str, gen: int) -> None:
         delete_device_dvs(kv, system_id, device, below_gen=gen + 1)
 
 
-@shared_task(bind=True, name="media.failed", acks_late=True)
+@shared_task(bind=True, name="media.failed", acks_late=True, ignore_result=True)
 def media_failed(self, system_id, device, gen, task_id):
     """Chord errback: media shows Inserted false + the reason; the deferred power-on is dropped
     on purpose (the node stays off so Ironic fails fast instead of booting an empty disk).
@@ -419,7 +419,7 @@ def media_failed(self, system_id, device, gen, task_id):
     return {"failed": reason, "cancelled": verdict["cancelled_task"]}
 
 
-@shared_task(bind=True, name="media.eject", max_retries=None, acks_late=True)
+@shared_task(bind=True, name="media.eject", max_retries=None, acks_late=True, ignore_result=True)
 @single_delivery
 def media_eject(self, system_id, device, gen, task_id, transient=0):
     """Remove the cdrom volume (the drive stays, empty) and delete the device's DataVolumes."""

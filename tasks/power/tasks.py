@@ -68,7 +68,7 @@ def end_power_task(store: Store, task_id: str, message: str) -> None:
         store.update_task(task_id, state="Completed", status="OK", message=message)
 
 
-@shared_task(bind=True, name="power.reset", max_retries=None, acks_late=True)
+@shared_task(bind=True, name="power.reset", max_retries=None, acks_late=True, ignore_result=True)
 @single_delivery
 def power_reset(self, system_id, action, task_id, transient=0, waiting_since=None):
     """Run the action now (the API decided it need not wait for media)."""
@@ -137,7 +137,7 @@ def _cannot_follow(system_id: str, task_id: str, exc: Exception) -> None:
     runtime.store().start_followed(task_id)
 
 
-@shared_task(bind=True, name="power.verify", max_retries=None, acks_late=True)
+@shared_task(bind=True, name="power.verify", max_retries=None, acks_late=True, ignore_result=True)
 @single_delivery
 def power_verify(self, system_id, task_id, vmi_uid_before, since=None, transient=0):
     """Follow a started VM until a new VMI runs; when the cluster says it cannot (a volume it
