@@ -62,7 +62,9 @@ class CdiTimings:
     import_seconds: float = 5.0  # the whole download takes about this long
     schedule: float = 0.2  # PVC bound -> importer pod running
     retry: float = 2.0  # importer pod restart delay after a transient error
-    progress: float = 1.0  # how often status.progress is refreshed
+    # How often status.progress is refreshed: CDI's controller copies the importer's progress
+    # into the DataVolume about every 2 s, and every refresh is a watch event for its clients.
+    progress: float = 2.0
     max_attempts: int = 1000
     delete_seconds: float = 1.0  # a deleted DataVolume's finalizer work (then it is gone)
 
