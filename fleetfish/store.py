@@ -471,6 +471,24 @@ return 1
 """
 
 
+# One delivery per run of a Celery task (workers.taskutil.single_delivery). KEYS: the run's
+# marker, the task's final marker. ARGV: TTL. One round trip per claim:
+# 'finished' (the task already returned or failed), 'done' (this run already ran), 'running'
+# (another copy holds it) or 'claimed' (this copy runs it).
+_CLAIM_RUN = """
+if redis.call('GET', KEYS[2]) then return 'finished' end
+if redis.call('SET', KEYS[1], 'running', 'NX', 'EX', ARGV[1]) then return 'claimed' end
+if redis.call('GET', KEYS[1]) == 'done' then return 'done' end
+return 'running'
+"""
+# KEYS: the run's marker, the task's final marker. ARGV: TTL, '1' when the task ended.
+_END_RUN = """
+redis.call('SET', KEYS[1], 'done', 'EX', ARGV[1])
+if ARGV[2] == '1' then redis.call('SET', KEYS[2], '1', 'EX', ARGV[1]) end
+return 1
+"""
+
+
 def _s(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode()
@@ -517,6 +535,8 @@ class Store:
         self._resend_reset = client.register_script(_RESEND_RESET)
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
         self._update_task = client.register_script(_UPDATE_TASK)
+        self._claim_run = client.register_script(_CLAIM_RUN)
+        self._end_run = client.register_script(_END_RUN)
         self._end_boot_once = client.register_script(_END_BOOT_ONCE)
         self._fail_start = client.register_script(_FAIL_START)
         self._end_inflight = client.register_script(_END_INFLIGHT)
@@ -924,6 +944,19 @@ class Store:
         """Set a Once override back to Disabled/None if it is still generation ``gen``;
         False when a newer request (or an earlier end) changed it meanwhile."""
         return bool(self._end_boot_once(keys=[key_boot(system_id)], args=[str(gen)]))
+
+    # -- Celery task runs --------------------------------------------------------------------
+
+    def claim_run(self, celery_id: str, run: int, ttl: int) -> str:
+        """'claimed' (this delivery runs it), 'done' (a copy already ran this run),
+        'running' (a copy holds it now) or 'finished' (the task already returned or failed)."""
+        keys = [f"{PREFIX}run:{celery_id}:{run}", f"{PREFIX}run:{celery_id}:final"]
+        return _s(self._claim_run(keys=keys, args=[ttl]))
+
+    def end_run(self, celery_id: str, run: int, ttl: int, final: bool) -> None:
+        """This run is done; ``final``: the task returned or failed (no later run comes)."""
+        keys = [f"{PREFIX}run:{celery_id}:{run}", f"{PREFIX}run:{celery_id}:final"]
+        self._end_run(keys=keys, args=[ttl, "1" if final else "0"])
 
     # -- Redfish tasks -----------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ LOCK_TTL = 10
 # Never park a worker thread on the lock: a busy device is a short Transient retry instead.
 LOCK_WAIT = 2
 DONE_TTL = 3600
+
 # How often a task waiting for the cluster to finish a change (Waiting) looks again.
 WAIT_LOOK = 2.0
 
@@ -115,16 +116,15 @@ def single_delivery(fn):
     def wrapper(self, *args, **kwargs):
         if not self.request.id or self.request.called_directly:
             return fn(self, *args, **kwargs)
-        prefix = f"ff:run:{self.request.id}"
-        key = f"{prefix}:{self.request.retries}"
-        client = runtime.store().r
-        if client.get(f"{prefix}:final"):
+        store = runtime.store()
+        claim = store.claim_run(self.request.id, self.request.retries, DONE_TTL)
+        if claim == "finished":
             log.warning("duplicate of finished %s dropped", self.name)
             raise Ignore()
-        if not client.set(key, "running", nx=True, ex=DONE_TTL):
-            if client.get(key) == "done":
-                log.warning("duplicate of %s run %s dropped", self.name, self.request.retries)
-                raise Ignore()
+        if claim == "done":
+            log.warning("duplicate of %s run %s dropped", self.name, self.request.retries)
+            raise Ignore()
+        if claim == "running":
             log.warning(
                 "%s run %s is running elsewhere: checking again later",
                 self.name,
@@ -142,10 +142,6 @@ def single_delivery(fn):
             final = True
             raise
         finally:
-            pipe = client.pipeline()
-            pipe.set(key, "done", ex=DONE_TTL)
-            if final:
-                pipe.set(f"{prefix}:final", "1", ex=DONE_TTL)
-            pipe.execute()
+            store.end_run(self.request.id, self.request.retries, DONE_TTL, final)
 
     return wrapper
