@@ -36,6 +36,9 @@ clean:
 bench: $(STAMP)
 	-$(PY) -m bench.fleet --sizes 3,10,50 --import-seconds 30 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t30
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish,sushy-tools --out docs/benchmarks/fleet-n200-t20
+	-$(PY) -m bench.fleet --sizes 50 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/fleet-n50-t30-cost
+	-$(PY) -m bench.fleet --sizes 200 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/fleet-n200-t30
+	-$(PY) -m bench.fleet --sizes 500 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/fleet-n500-t30
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish --watcher-in-workers --out docs/benchmarks/fleet-n200-t20-watcher-in-workers
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish --service-cpus 1 --out docs/benchmarks/fleet-n200-t20-service-cpus1
 	-$(PY) -m bench.fleet --sizes 3 --import-seconds 55 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t55

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
+
 from bench.runs import FLEETFISH, SEQUENTIAL, SUSHY_TOOLS
-from bench.stats import ms, secs
+from bench.stats import ms, percentile, secs
 
 MAKESPAN_SLACK_S = 5.0
 FAST_CALL_S = 0.100
@@ -81,6 +85,9 @@ def cost_lines(results: list[dict]) -> list[str]:
                 f"kube requests {r['mode']}: N={r['n']} {per:.1f} per provisioned node "
                 f"({sum(kube.values())} in all): {detail}"
             )
+        spread = _calls_and_media(r)
+        if spread:
+            lines.append(spread)
         whole = cpu_per_node(r, "cpu_whole_run")
         if whole is not None:
             calls = cpu_per_node(r, "cpu_during_calls")
@@ -92,6 +99,21 @@ def cost_lines(results: list[dict]) -> list[str]:
                 f"{calls:.3f} s while the calls ran"
             )
     return lines
+
+
+def _calls_and_media(r: dict) -> str:
+    """What the makespan is made of: how long the client took to send every InsertMedia, and
+    how long each node's media took beyond T after its own InsertMedia (the service's share)."""
+    nodes = [n for n in r.get("nodes", []) if n.get("media_attached") and n.get("insert_requested")]
+    if not nodes:
+        return ""
+    sent = [n["insert_requested"] for n in nodes]
+    beyond = [n["media_attached"] - n["insert_requested"] - r["import_seconds"] for n in nodes]
+    return (
+        f"makespan parts {r['mode']}: N={r['n']} InsertMedia sent from {min(sent):.1f} s to "
+        f"{max(sent):.1f} s; media attached after its InsertMedia, beyond T: p50 "
+        f"{percentile(beyond, 50):.2f} s, p99 {percentile(beyond, 99):.2f} s"
+    )
 
 
 def _provisioned(r: dict) -> int:
@@ -324,3 +346,18 @@ def markdown(results: list[dict], command: str, figures: list[str]) -> str:
             )
     parts.append("\n## Figures\n\n" + "".join(f"![{f}]({f})\n" for f in figures))
     return "".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.report DIR``: the table and cost lines of a saved run, again."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("run_dir", type=Path, help="a bench.fleet --out directory")
+    args = parser.parse_args(argv)
+    results = json.loads((args.run_dir / "results.json").read_text())["results"]
+    print(table(results))
+    print("\n".join(cost_lines(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
