@@ -381,6 +381,11 @@ class Controller:
             new_phase = "Running"
         if new_phase:
             self._since[uid] = now
+            if new_phase == "Running":
+                # virt-handler reports the hotplug volumes Ready before it starts the domain: no
+                # event may show Running beside a volume still shown Bound.
+                self._write_vmi_status(vmi, now)
+                vmi = self.store.peek(VMI, ns, name)
             self._set_phase(vmi, new_phase)
             vmi = self.store.peek(VMI, ns, name)
         self._write_vmi_status(vmi, now)

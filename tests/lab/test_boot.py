@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import requests
@@ -145,3 +146,32 @@ def test_boot_order_change_on_a_cold_disk_requires_a_restart(k8s):
     wait_until(lambda: not restart_required(), what="RestartRequired cleared")
     disks = {d["name"]: d for d in k8s.vmi(name)["spec"]["domain"]["devices"]["disks"]}
     assert disks["cdrom"]["bootOrder"] == 1 and "bootOrder" not in disks["rootdisk"]
+
+
+def test_a_vmi_shows_running_only_with_its_hotplug_volumes_ready(k8s, sim, iso):
+    """virt-handler starts the domain once every hotplug volume is Ready, so no VMI event shows
+    phase Running beside a hotplug volume that is not: a client judging the boot device from the
+    first Running event (the watcher's event log) must see the cdrom as there."""
+    url = iso.image_url("boot/order.iso")
+    k8s.create_dv("order", url)
+    wait_until(
+        lambda: (k8s.dv("order").get("status") or {}).get("phase") == "Succeeded", what="import"
+    )
+    _boot_cdrom_first(k8s, "ostest-master-2")
+    _insert(k8s, "ostest-master-2", "order")
+    watch = requests.get(
+        f"{sim.url}/apis/kubevirt.io/v1/namespaces/fleetfish-lab/virtualmachineinstances",
+        params={"watch": "true", "timeoutSeconds": "10"},
+        stream=True,
+        timeout=15,
+    )
+    k8s.start_and_wait("ostest-master-2")
+    running = []
+    for line in watch.iter_lines():
+        vmi = json.loads(line)["object"]
+        status = vmi.get("status") or {}
+        if vmi["metadata"]["name"] == "ostest-master-2" and status.get("phase") == "Running":
+            running.append({s["name"]: s.get("phase") for s in status.get("volumeStatus") or []})
+            break
+    watch.close()
+    assert running and running[0].get("cdrom") == "Ready", running
