@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import redis
 from celery import Celery
 
@@ -36,3 +38,24 @@ def test_sent_tasks_reach_the_queue_through_one_publishing_client(redis_url):
         assert channel._publisher is first is not None
     assert client.llen(queue) == 21
     client.delete(queue)
+
+
+def test_an_ack_after_the_broker_connection_was_dropped_is_logged_not_fatal(redis_url, caplog):
+    """A task that ends while Redis is away is acknowledged once the worker has reconnected,
+    on the channel of the connection Celery dropped: that ack must fail as a connection error
+    (logged; the message comes back through the visibility timeout, and its duplicate run is
+    dropped), not as an AttributeError that stops the worker."""
+    app = _app(redis_url)
+    queue = "fleetfish.transport-ack-test"
+    app.send_task("media.import", args=("ns.vm-0",), queue=queue)
+    connection = app.connection_for_read()
+    channel = connection.default_channel
+    message = channel.basic_get(queue, no_ack=False)
+    assert message is not None
+    errors = connection.connection_errors + connection.channel_errors
+    # What Celery does when it loses the broker: it collects the connection (its transport
+    # forgets the broker's address) and the channel's close drops the channel's pools.
+    connection.collect()
+    channel._disconnect_pools()
+    message.ack_log_error(logging.getLogger("ack-test"), errors)
+    assert "Couldn't ack" in caplog.text and "ConnectionError" in caplog.text
