@@ -68,6 +68,18 @@ def _task_postrun(**_kwargs) -> None:
 
 
 _watchers: list = []
+_sweepers: list = []
+
+
+def _start_wake_sweeper(conf: Settings) -> None:
+    """Sends parked imports' looks that fell due with no wake-up (workers/wake_sweeper.py)."""
+    from workers.dvmirror import DvMirror, wake_sender
+    from workers.wake_sweeper import WakeSweeper
+
+    sweeper = WakeSweeper(DvMirror(runtime.store().r), wake_sender(conf))
+    thread = threading.Thread(target=sweeper.run, name="fleetfish-wake-sweeper", daemon=True)
+    thread.start()
+    _sweepers.append((sweeper, thread))
 
 
 def _start_watcher(conf: Settings) -> None:
@@ -95,6 +107,7 @@ def _worker_ready(sender=None, **_kwargs) -> None:
     )
     if conf.worker_watch:
         _start_watcher(conf)
+    _start_wake_sweeper(conf)
     freeze_startup_objects()
 
 
@@ -107,4 +120,8 @@ def _worker_shutdown(**_kwargs) -> None:
         watcher.stop()
         thread.join(10)
     _watchers.clear()
+    for sweeper, thread in _sweepers:
+        sweeper.stop()
+        thread.join(5)
+    _sweepers.clear()
     runtime.close()

@@ -5,8 +5,13 @@ progress, restart count, conditions, deletion) and, per namespace, when its Data
 last showed a sign of life (``ff:dv:alive``). ``media.import`` reads the hash instead of GETting
 the DataVolume; when the namespace's watch has been silent for longer than ``STALE_SECONDS`` (no
 watcher holds the lease, the apiserver is away) the import falls back to a GET, at most every
-``FLEETFISH_DV_FALLBACK_SECONDS`` (15 s). A waiting import registers its next look
-(``ff:dvwake:*``), which the watcher sends as soon as the DataVolume's import ends.
+``FLEETFISH_DV_FALLBACK_SECONDS`` (15 s).
+
+A waiting import is parked, not re-queued: it registers its next look (``ff:dvwake:*``, a
+Celery signature) with a due time (``ff:dvwake:due``) and its task ends. The watcher sends the
+look as soon as the DataVolume's import ends; the workers' sweep (workers/wake_sweeper.py) sends
+it when it falls due, in case no wake-up comes (watcher gone, event missed). A look is only
+forgotten after it was sent, so a sender that dies in between leaves it for the next sweep.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ KEY_ALIVE = "ff:dv:alive"
 # The next look of an import waiting on a DataVolume, as a Celery signature: the watcher sends
 # it as soon as the DataVolume's import ends, instead of the import polling for the end.
 KEY_WAKE = "ff:dvwake:"
+# When each parked look falls due (sorted set of "namespace/name"): swept by the workers.
+KEY_WAKE_DUE = "ff:dvwake:due"
+# A look taken by a sweeper is due again after this long, in case that sweeper died unsent.
+RESEND_SECONDS = 30.0
 # Per VM and device, the mirrored DataVolumes' generations: lets a cleanup skip its LIST.
 KEY_DEVICE = "ff:dvdev:"
 LABEL_SYSTEM = "fleetfish.io/system"
@@ -30,11 +39,42 @@ LABEL_GEN = "fleetfish.io/media-gen"
 # Every healthy watch stream ends (and is opened again) within WATCH_SECONDS (30 s) and the
 # apiserver sends bookmarks meanwhile; twice that without a sign of life: the mirror is stale.
 STALE_SECONDS = 60.0
+# A parked import looks again after this long at most, even with no wake-up (the watch being
+# live, its wake-up should come first; this bounds the wait when it never does).
+PARK_SECONDS = 60.0
 # A change of progress alone is written at most this often per DataVolume (CDI updates it
 # every few seconds; the import's progress shown to users does not need more).
 PROGRESS_SECONDS = 5.0
 # A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
 DELETED_TTL_SECONDS = 24 * 3600
+
+
+# KEYS: wake hash, due set. ARGV: the look that was sent, the due set's member.
+_FORGET = """
+if redis.call('HGET', KEYS[1], 'look') == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+# KEYS: due set. ARGV: now, due again at, limit, wake hash prefix. A member whose hash expired
+# has nothing left to send and leaves the set.
+_TAKE_DUE = """
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
+local out = {}
+for _, member in ipairs(due) do
+  local look = redis.call('HGET', ARGV[4] .. member, 'look')
+  if look then
+    redis.call('ZADD', KEYS[1], ARGV[2], member)
+    table.insert(out, member)
+    table.insert(out, look)
+  else
+    redis.call('ZREM', KEYS[1], member)
+  end
+end
+return out
+"""
 
 
 def wake_sender(settings) -> Callable[[str], None]:
@@ -135,6 +175,8 @@ class DvMirror:
         self._written: dict[str, dict[str, str]] = {}
         self._written_at: dict[str, float] = {}
         self._stamped: dict[str, float] = {}
+        self._forget = r.register_script(_FORGET)
+        self._take_due = r.register_script(_TAKE_DUE)
 
     # -- the watcher -------------------------------------------------------------------------
 
@@ -199,12 +241,36 @@ class DvMirror:
         self._stamped[ns] = now
 
     def take_wake(self, ns: str, name: str) -> str | None:
-        """The waiting import's next look registered for this DataVolume (taken: sent once)."""
+        """The waiting import's next look registered for this DataVolume, taken (whoever gets it
+        sends it; nobody else will)."""
         pipe = self.r.pipeline()
         pipe.hget(f"{KEY_WAKE}{ns}/{name}", "look")
         pipe.delete(f"{KEY_WAKE}{ns}/{name}")
-        payload, _ = pipe.execute()
+        pipe.zrem(KEY_WAKE_DUE, f"{ns}/{name}")
+        payload, _, _ = pipe.execute()
         return payload.decode() if isinstance(payload, bytes) else payload
+
+    def wake_payload(self, ns: str, name: str) -> str | None:
+        """The registered look, left in place until ``forget_wake`` after it was sent."""
+        payload = self.r.hget(f"{KEY_WAKE}{ns}/{name}", "look")
+        return payload.decode() if isinstance(payload, bytes) else payload
+
+    def forget_wake(self, ns: str, name: str, payload: str) -> None:
+        """Drop a look that was sent, unless the import registered a newer one meanwhile."""
+        self._forget(keys=[f"{KEY_WAKE}{ns}/{name}", KEY_WAKE_DUE], args=[payload, f"{ns}/{name}"])
+
+    def due_wakes(self, now: float, limit: int = 100) -> list[tuple[str, str, str]]:
+        """(namespace, name, look) of parked looks due by ``now``; each is due again after
+        ``RESEND_SECONDS`` until forgotten, so a sweeper dying before its send loses nothing."""
+        found = self._take_due(
+            keys=[KEY_WAKE_DUE], args=[now, now + RESEND_SECONDS, limit, KEY_WAKE]
+        )
+        out = []
+        for i in range(0, len(found), 2):
+            member, look = (v.decode() if isinstance(v, bytes) else v for v in found[i : i + 2])
+            ns, name = member.split("/", 1)
+            out.append((ns, name, look))
+        return out
 
     def waiting_import(self, ns: str, name: str) -> dict | None:
         """(system_id, device, gen, task_id, image) of the import waiting on this DataVolume."""
@@ -217,19 +283,26 @@ class DvMirror:
     # -- the workers -------------------------------------------------------------------------
 
     def register_wake(
-        self, ns: str, name: str, payload: str, progress: dict[str, str], ttl: float
+        self, ns: str, name: str, payload: str, progress: dict[str, str], due_at: float, ttl: float
     ) -> None:
+        """Park an import's next look: sent by the watcher's wake-up or at ``due_at``."""
         key = f"{KEY_WAKE}{ns}/{name}"
         pipe = self.r.pipeline()
         pipe.hset(key, mapping={"look": payload, "progress": json.dumps(progress)})
         pipe.expire(key, max(1, int(ttl)))
+        pipe.zadd(KEY_WAKE_DUE, {f"{ns}/{name}": due_at})
         pipe.execute()
 
     def fresh(self, ns: str) -> bool:
         """The namespace's DataVolume watch showed a sign of life within ``STALE_SECONDS``."""
+        age = self.age(ns)
+        return age is not None and age <= STALE_SECONDS
+
+    def age(self, ns: str) -> float | None:
+        """Seconds since the namespace's DataVolume watch last showed a sign of life."""
         marks = self.r.hmget(KEY_ALIVE, [ns, ""])
         alive = max((float(m) for m in marks if m), default=None)
-        return alive is not None and time.time() - alive <= STALE_SECONDS
+        return None if alive is None else max(0.0, time.time() - alive)
 
     def device_generations(self, ns: str, system_label: str, device: str) -> dict[str, int]:
         """{DataVolume name: media generation} of one VM's device, as mirrored."""

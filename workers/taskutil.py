@@ -58,6 +58,11 @@ def retry_transient(task: Task, exc: Exception, kwargs: dict[str, Any]) -> Excep
     return task.retry(exc=exc, countdown=backoff(attempt), kwargs={**kwargs, "transient": attempt})
 
 
+class Parked(Ignore):
+    """Raised by a task whose next run waits in Redis (a parked import): the message is acked
+    with no state and no chain callback, and the run counts as done, not as the task's end."""
+
+
 class Busy(Transient):
     """A short Redis lock was held too long by another task (not a Kubernetes error)."""
 
@@ -136,7 +141,7 @@ def single_delivery(fn):
             result = fn(self, *args, **kwargs)
             final = True
             return result
-        except Retry:
+        except (Retry, Parked):
             raise
         except Exception:
             final = True

@@ -348,10 +348,12 @@ class Watcher:
             return
         try:
             self._progress.pop((ns, name), None)
-            payload = self.dvs.take_wake(ns, name)
+            payload = self.dvs.wake_payload(ns, name)
             if payload:
                 self.dvs.send_wake(payload)
-        except Exception as exc:  # noqa: BLE001 - the import's own next look still comes
+                # Forgotten only once sent: if this send fails, the look's due time sends it.
+                self.dvs.forget_wake(ns, name, payload)
+        except Exception as exc:  # noqa: BLE001 - the workers send the look when it falls due
             log.warning("could not wake the import of %s/%s: %s", ns, name, exc)
 
     def _doc(self, key: tuple[str, str], vm: dict) -> dict:

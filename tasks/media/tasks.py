@@ -1,8 +1,9 @@
 """media.* tasks: the InsertMedia chord (import, attach, release, failed) and EjectMedia.
 
 Every task carries the media ``gen`` it was sent for and does nothing once a newer request
-superseded it. Waiting (for the import, for the hotplug) is a ``self.retry(countdown=...)``:
-no worker slot is held while CDI works. See docs/media-pipeline.md.
+superseded it. Waiting never holds a worker slot: an import waiting on the DataVolume watch is
+parked in Redis until the watcher wakes it (``_await_wake``), other waits are a
+``self.retry(countdown=...)``. See docs/media-pipeline.md.
 """
 
 from __future__ import annotations
@@ -35,11 +36,11 @@ from tasks.media.volumes import (
 from tasks.power.reset import vm_has_no_vmi
 from tasks.power.tasks import fail_reset, run_reset
 from workers import runtime
-from workers.dvmirror import STALE_SECONDS, DvMirror
+from workers.dvmirror import PARK_SECONDS, STALE_SECONDS, DvMirror
 from workers.dvstatus import import_ended, import_status, report_import_progress
 from workers.errors import FAILURES, Refused, Transient, WorkError, task_failure
 from workers.kubevirt import NotFound
-from workers.taskutil import device_lock, retry_transient, single_delivery
+from workers.taskutil import Parked, device_lock, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
 
@@ -235,23 +236,36 @@ def media_import(
         conf.visibility_timeout,
     )
     delay = _await_wake(self, (system_id, device, gen, image, task_id), kwargs, delay)
+    if delay is None:
+        raise Parked()
     raise self.retry(countdown=delay, kwargs=kwargs)
 
 
-def _await_wake(task, import_args: tuple, kwargs: dict, delay: float) -> float:
-    """Countdown of the import's next look. While the DataVolume watch is live, the watcher
-    sends that look as soon as the import ends (registered here as a Celery signature): the
-    look scheduled meanwhile comes only after a third of the visibility timeout (the longest
-    countdown Redis keeps without delivering it twice), in case that send is lost. A duplicate
-    of a look already run is dropped by ``single_delivery``."""
+def _await_wake(task, import_args: tuple, kwargs: dict, delay: float) -> float | None:
+    """Park the import until its DataVolume's import ends (None), or the countdown of its next
+    look when it must poll.
+
+    While the namespace's DataVolume watch is live, the next look is registered in Redis (as a
+    Celery signature) and the watcher sends it as soon as the import ends; no Celery message
+    waits meanwhile. The look also falls due after at most ``PARK_SECONDS``, and before the
+    watch would count as silent, so that an import whose wake-up never comes (no watcher left,
+    a lost send) looks again and reads its DataVolume itself. A duplicate of a look already
+    run is dropped by ``single_delivery``.
+    """
     conf = runtime.settings()
     system_id, device, gen, image, task_id = import_args
     ns, _ = split_system_id(system_id)
     name = dv_name(system_id, device, image, gen)
     mirror = DvMirror(runtime.store().r)
-    if not task.request.id or task.request.called_directly or not mirror.fresh(ns):
+    if not task.request.id or task.request.called_directly:
         return delay
-    longest = max(delay, conf.visibility_timeout / 3)
+    age = mirror.age(ns)
+    if age is None or age > STALE_SECONDS:
+        return delay
+    # Below the reaper's stale-media bound (four visibility timeouts) too: a parked import is
+    # alive, not lost.
+    park = min(PARK_SECONDS, 2 * conf.visibility_timeout, STALE_SECONDS - age + 1.0)
+    park = max(delay, park)
     look = task.signature_from_request(
         task.request, task.request.args, kwargs, retries=task.request.retries + 1
     )
@@ -260,7 +274,7 @@ def _await_wake(task, import_args: tuple, kwargs: dict, delay: float) -> float:
     except (TypeError, ValueError) as exc:  # nothing to register: poll as without a watch
         log.info("import of %s polls: %s", name, exc)
         return delay
-    # What the watcher needs to show the import's progress meanwhile (there are few looks).
+    # What the watcher needs to show the import's progress meanwhile (there are no looks).
     progress = {
         "system_id": system_id,
         "device": device,
@@ -268,11 +282,11 @@ def _await_wake(task, import_args: tuple, kwargs: dict, delay: float) -> float:
         "task_id": task_id,
         "image": image,
     }
-    mirror.register_wake(ns, name, payload, progress, ttl=longest + conf.visibility_timeout)
+    mirror.register_wake(ns, name, payload, progress, due_at=time.time() + park, ttl=park + 3600)
     dv, deleted, _ = mirror.read(ns, name)
     if (deleted or (dv is not None and import_ended(dv))) and mirror.take_wake(ns, name):
         return conf.import_poll_seconds  # it ended before the watcher could see the look
-    return longest
+    return None
 
 
 def attach_step(system_id, device, gen, task_id) -> tuple[bool, dict]:

@@ -4,6 +4,7 @@ DataVolume themselves."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import requests
@@ -126,4 +127,44 @@ def test_the_watch_wakes_an_import_as_soon_as_it_ends(lab):
     ended = wait_for(lambda: lab.task_done(task), 30, "the insert to complete")
     assert ended["state"] == "Completed", ended
     assert time.monotonic() - started < 20
+    assert lab.store.get_media(sid)["attached"] == "1"
+
+
+def import_runs(lab, worker: str) -> int:
+    """Deliveries of media.import the worker took (Celery logs one line per delivery)."""
+    return sum(
+        "Task media.import[" in line and line.rstrip().endswith("received")
+        for line in lab.procs.log(worker).splitlines()
+    )
+
+
+def test_an_import_runs_no_task_between_its_first_look_and_its_wake(lab):
+    lab.start_kubesim(vms=1, import_seconds=10)
+    lab.start_watcher()
+    # A visibility timeout of 10 s: a waiting import that kept a look scheduled in Celery would
+    # look again every few seconds (a third of it) while the import runs.
+    lab.start_worker("w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    sid = system(VM0)
+    task = lab.insert(sid, lab.iso())
+    ended = wait_for(lambda: lab.task_done(task), 40, "the insert to complete")
+    assert ended["state"] == "Completed", ended
+    # The first look creates the DataVolume; the watcher's wake-up is the second and last.
+    assert import_runs(lab, "w1") == 2, import_runs(lab, "w1")
+
+
+def test_a_parked_import_still_ends_when_the_watcher_dies(lab):
+    lab.start_kubesim(vms=1, import_seconds=6)
+    lab.start_watcher("watcher-a")
+    lab.start_worker("w1")
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    sid = system(VM0)
+    task = lab.insert(sid, lab.iso())
+    name = dv_name(sid, "Cd", lab.iso(), lab.store.get_media(sid)["gen"])
+    wait_for(lambda: phase(lab, name) == "ImportInProgress", 20, "the import under way")
+    # Nothing is left to wake the import: its own scheduled look must come, find the watch
+    # silent and read the DataVolume itself.
+    lab.procs.kill("watcher-a", signal.SIGKILL)
+    ended = wait_for(lambda: lab.task_done(task), 150, "the insert to complete")
+    assert ended["state"] == "Completed", ended
     assert lab.store.get_media(sid)["attached"] == "1"
