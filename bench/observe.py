@@ -82,10 +82,13 @@ def boots(kube_url: str, since: float = 0.0) -> list[dict]:
     return reply.json()["boots"]
 
 
-def kube_requests(kube_url: str) -> dict[str, int]:
+def kube_requests(kube_url: str) -> dict[str, int] | None:
     """Kubernetes API requests the simulator has answered so far, per "verb resource", left
-    out the benchmark's own observers."""
+    out the benchmark's own observers; None from a simulator that counts none (the lab of an
+    older commit, when this bench measures it)."""
     reply = requests.get(f"{kube_url}/lab/requests/counts", timeout=10)
+    if reply.status_code == 404:
+        return None
     reply.raise_for_status()
     counts: dict[str, int] = {}
     for row in reply.json()["counts"]:
@@ -96,8 +99,12 @@ def kube_requests(kube_url: str) -> dict[str, int]:
     return counts
 
 
-def requests_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+def requests_between(
+    before: dict[str, int] | None, after: dict[str, int] | None
+) -> dict[str, int] | None:
     """Per "verb resource", the requests made between two ``kube_requests`` readings."""
+    if before is None or after is None:
+        return None
     delta = {key: after[key] - before.get(key, 0) for key in after}
     return {key: n for key, n in sorted(delta.items()) if n}
 
