@@ -1,5 +1,9 @@
 """The worker's Celery consumer, surviving a Redis restart (Celery/kombu 5.7 crash on reconnect).
 
+Gossip is off whatever the command line says: it serves worker elections and a view of the
+other workers' heartbeats, neither of which fleetfish uses, and after a Redis outage Celery
+5.7 fails to restart it (an AttributeError traceback at ERROR in every worker's log).
+
 On a lost broker connection Celery 5.7 first ``collect()``s the kombu connection (which drops
 its transport's client) and then ``close()``s it; closing the Redis channel tries to restore
 the unacked messages through that dropped client and raises AttributeError, which Celery
@@ -18,6 +22,10 @@ log = logging.getLogger("fleetfish.worker")
 
 
 class Consumer(CeleryConsumer):
+    def __init__(self, *args, worker_options=None, **kwargs):
+        options = dict(worker_options or {}, without_gossip=True)
+        super().__init__(*args, worker_options=options, **kwargs)
+
     def on_connection_error_after_connected(self, exc: Exception) -> None:
         try:
             super().on_connection_error_after_connected(exc)
