@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint install clean bench bench-quick soak
+.PHONY: lab test lint install clean bench bench-quick bench-reference soak
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,15 +36,26 @@ clean:
 bench: $(STAMP)
 	-$(PY) -m bench.fleet --sizes 3,10,50 --import-seconds 30 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t30
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish,sushy-tools --out docs/benchmarks/fleet-n200-t20
-	-$(PY) -m bench.fleet --sizes 50 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/fleet-n50-t30-cost
-	-$(PY) -m bench.fleet --sizes 200 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/fleet-n200-t30
-	-$(PY) -m bench.fleet --sizes 500 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/fleet-n500-t30
+	-$(PY) -m bench.fleet --sizes 50 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/parked-n50-t30
+	-$(PY) -m bench.fleet --sizes 200 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/parked-n200-t30
+	-$(PY) -m bench.fleet --sizes 500 --import-seconds 30 --workers 2 --modes fleetfish --out docs/benchmarks/parked-n500-t30
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish --watcher-in-workers --out docs/benchmarks/fleet-n200-t20-watcher-in-workers
 	-$(PY) -m bench.fleet --sizes 200 --import-seconds 20 --workers 2 --modes fleetfish --service-cpus 1 --out docs/benchmarks/fleet-n200-t20-service-cpus1
 	-$(PY) -m bench.fleet --sizes 3 --import-seconds 55 --workers 2 --modes fleetfish,sequential,sushy-tools --max-wait 100 --out docs/benchmarks/fleet-t55
 	-$(PY) -m bench.fleet --sizes 3 --import-seconds 70 --modes sushy-tools --out docs/benchmarks/sushy-t70
 	-$(PY) -m bench.api_latency --clients 50 --seconds 10 --out docs/benchmarks/api-latency
 	$(PY) -m bench.imports > docs/benchmarks/imports.txt
+
+# CPU per provisioned node of older code on this machine, measured by today's bench.fleet (run
+# from a worktree of REF, with this checkout's bench/ copied in): the reference of the cost
+# target is 8dc8dbe, the code before the DataVolume watch. Results in var/bench-ref-<commit>.
+REF ?= 8dc8dbe
+REF_SIZES ?= 50,200
+bench-reference: $(STAMP)
+	rm -rf var/ref-worktree && git worktree prune && git worktree add --detach var/ref-worktree $(REF)
+	cp -r bench/. var/ref-worktree/bench/
+	-cd var/ref-worktree && PYTHONPATH=. $(CURDIR)/$(PY) -m bench.fleet --sizes $(REF_SIZES) --import-seconds 30 --workers 2 --modes fleetfish --out $(CURDIR)/var/bench-ref-$(REF)
+	git worktree remove --force var/ref-worktree
 
 # About a minute: 3 nodes, all three modes.
 bench-quick: $(STAMP)
