@@ -39,8 +39,15 @@ class WakeSweeper:
             except Exception as exc:  # noqa: BLE001 - due again in RESEND_SECONDS
                 log.warning("could not send the parked import of %s/%s: %s", ns, name, exc)
                 continue
+            # Read before the look is forgotten with it; only for the rare look that fell due.
+            waiting = self.mirror.waiting_import(ns, name) or {}
             self.mirror.forget_wake(ns, name, look)
-            log.info("parked import of %s/%s fell due without a wake-up: looking now", ns, name)
+            log.info(
+                "parked import of %s/%s fell due without a wake-up: looking now system=%s",
+                ns,
+                name,
+                waiting.get("system_id", "-"),
+            )
             sent += 1
         return sent
 

@@ -36,14 +36,19 @@ def _boots(sim, vm: str) -> list[dict]:
     return requests.get(f"{sim.url}/lab/boots", params={"vm": vm}, timeout=5).json()["boots"]
 
 
+def _imported_on_cdrom(k8s, iso, vm: str, dv: str, path: str) -> str:
+    """Import ``path`` into DataVolume ``dv`` and put it on the stopped VM's cdrom, boot order
+    first; the image URL."""
+    url = iso.image_url(path)
+    k8s.create_dv(dv, url)
+    wait_until(lambda: (k8s.dv(dv).get("status") or {}).get("phase") == "Succeeded", what="import")
+    _boot_cdrom_first(k8s, vm)
+    _insert(k8s, vm, dv)
+    return url
+
+
 def test_boot_from_cdrom_with_an_imported_image(k8s, sim, iso):
-    url = iso.image_url("boot/agent.iso")
-    k8s.create_dv("agent", url)
-    wait_until(
-        lambda: (k8s.dv("agent").get("status") or {}).get("phase") == "Succeeded", what="import"
-    )
-    _boot_cdrom_first(k8s, "ostest-master-0")
-    _insert(k8s, "ostest-master-0", "agent")
+    url = _imported_on_cdrom(k8s, iso, "ostest-master-0", "agent", "boot/agent.iso")
     vmi = k8s.start_and_wait("ostest-master-0")
     (boot,) = _boots(sim, "ostest-master-0")
     assert (boot["kind"], boot["device"], boot["image_url"]) == ("cdrom", "cdrom", url)
@@ -152,13 +157,7 @@ def test_a_vmi_shows_running_only_with_its_hotplug_volumes_ready(k8s, sim, iso):
     """virt-handler starts the domain once every hotplug volume is Ready, so no VMI event shows
     phase Running beside a hotplug volume that is not: a client judging the boot device from the
     first Running event (the watcher's event log) must see the cdrom as there."""
-    url = iso.image_url("boot/order.iso")
-    k8s.create_dv("order", url)
-    wait_until(
-        lambda: (k8s.dv("order").get("status") or {}).get("phase") == "Succeeded", what="import"
-    )
-    _boot_cdrom_first(k8s, "ostest-master-2")
-    _insert(k8s, "ostest-master-2", "order")
+    _imported_on_cdrom(k8s, iso, "ostest-master-2", "order", "boot/order.iso")
     watch = requests.get(
         f"{sim.url}/apis/kubevirt.io/v1/namespaces/fleetfish-lab/virtualmachineinstances",
         params={"watch": "true", "timeoutSeconds": "10"},

@@ -3,6 +3,7 @@ it when its send fails, and never drops a newer look registered meanwhile."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from workers.dvmirror import RESEND_SECONDS, DvMirror
@@ -30,7 +31,8 @@ def park(mirror: DvMirror, name: str, look: str, due_at: float) -> None:
     mirror.register_wake(NS, name, look, PROGRESS, due_at=due_at, ttl=3600)
 
 
-def test_a_look_is_sent_once_when_it_falls_due(store):
+def test_a_look_is_sent_once_when_it_falls_due(store, caplog):
+    caplog.set_level(logging.INFO, logger="fleetfish.worker")
     mirror = DvMirror(store.r)
     now = time.time()
     park(mirror, "dv-a", '{"look": "a"}', now + 30)
@@ -40,6 +42,8 @@ def test_a_look_is_sent_once_when_it_falls_due(store):
     assert sweeper.sweep(now) == 1
     assert send.sent == ['{"look": "b"}']
     assert mirror.wake_payload(NS, "dv-b") is None
+    # The log line names the system whose import looks now.
+    assert f"system={PROGRESS['system_id']}" in caplog.text
     # Nothing more until the other falls due, then it goes too.
     assert sweeper.sweep(now + 1) == 0
     assert sweeper.sweep(now + 31) == 1

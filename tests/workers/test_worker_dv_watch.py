@@ -53,6 +53,15 @@ def dv_gets(lab) -> int:
     return sum(r["count"] for r in rows if (r["verb"], r["resource"]) == ("get", "datavolumes"))
 
 
+def start_watched(lab, import_seconds: float, watcher: str = "watcher", **worker_env: str) -> str:
+    """Simulator, watcher and worker w1 started, the DataVolume watch live; VM0's system id."""
+    lab.start_kubesim(vms=1, import_seconds=import_seconds)
+    lab.start_watcher(watcher)
+    lab.start_worker("w1", **worker_env)
+    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
+    return system(VM0)
+
+
 def test_dv_watch_mirrors_imports_and_resumes_after_410(lab):
     lab.start_kubesim(vms=1, import_seconds=1)
     lab.start_watcher("watcher-a")
@@ -77,11 +86,7 @@ def test_dv_watch_mirrors_imports_and_resumes_after_410(lab):
 
 
 def test_import_fails_when_the_watch_shows_its_datavolume_deleted(lab):
-    lab.start_kubesim(vms=1, import_seconds=30)
-    lab.start_watcher()
-    lab.start_worker("w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
-    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
-    sid = system(VM0)
+    sid = start_watched(lab, 30, FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
     gets = dv_gets(lab)
     task = lab.insert(sid, lab.iso())
     name = dv_name(sid, "Cd", lab.iso(), lab.store.get_media(sid)["gen"])
@@ -95,11 +100,7 @@ def test_import_fails_when_the_watch_shows_its_datavolume_deleted(lab):
 
 
 def test_failed_import_is_seen_through_the_watch(lab):
-    lab.start_kubesim(vms=1, import_seconds=1)
-    lab.start_watcher()
-    lab.start_worker("w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
-    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
-    sid = system(VM0)
+    sid = start_watched(lab, 1, FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
     gets = dv_gets(lab)
     task = lab.insert(sid, lab.iso("missing.iso"))
     ended = wait_for(lambda: lab.task_done(task), 60, "the insert to fail")
@@ -110,15 +111,11 @@ def test_failed_import_is_seen_through_the_watch(lab):
 
 
 def test_the_watch_wakes_an_import_as_soon_as_it_ends(lab):
-    lab.start_kubesim(vms=1, import_seconds=4)
-    lab.start_watcher()
-    # The import's own next look is 40 s away (a third of the visibility timeout): only the
+    # The parked import's own look falls due a minute later at the earliest: only the
     # watcher's wake-up can end it sooner.
-    lab.start_worker(
-        "w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK, FLEETFISH_VISIBILITY_TIMEOUT="120"
+    sid = start_watched(
+        lab, 4, FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK, FLEETFISH_VISIBILITY_TIMEOUT="120"
     )
-    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
-    sid = system(VM0)
     started = time.monotonic()
     task = lab.insert(sid, lab.iso())
     # Meanwhile its progress shows, from the watch alone.
@@ -139,13 +136,9 @@ def import_runs(lab, worker: str) -> int:
 
 
 def test_an_import_runs_no_task_between_its_first_look_and_its_wake(lab):
-    lab.start_kubesim(vms=1, import_seconds=10)
-    lab.start_watcher()
     # A visibility timeout of 10 s: a waiting import that kept a look scheduled in Celery would
     # look again every few seconds (a third of it) while the import runs.
-    lab.start_worker("w1", FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
-    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
-    sid = system(VM0)
+    sid = start_watched(lab, 10, FLEETFISH_DV_FALLBACK_SECONDS=NO_FALLBACK)
     task = lab.insert(sid, lab.iso())
     ended = wait_for(lambda: lab.task_done(task), 40, "the insert to complete")
     assert ended["state"] == "Completed", ended
@@ -154,11 +147,7 @@ def test_an_import_runs_no_task_between_its_first_look_and_its_wake(lab):
 
 
 def test_a_parked_import_still_ends_when_the_watcher_dies(lab):
-    lab.start_kubesim(vms=1, import_seconds=6)
-    lab.start_watcher("watcher-a")
-    lab.start_worker("w1")
-    wait_for(lambda: DvMirror(lab.store.r).fresh(NAMESPACE), 20, "the DataVolume watch")
-    sid = system(VM0)
+    sid = start_watched(lab, 6, "watcher-a")
     task = lab.insert(sid, lab.iso())
     name = dv_name(sid, "Cd", lab.iso(), lab.store.get_media(sid)["gen"])
     wait_for(lambda: phase(lab, name) == "ImportInProgress", 20, "the import under way")
