@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint install clean bench bench-quick bench-reference soak
+.PHONY: lab test lint install clean bench bench-quick bench-reference soak soak-memory
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP)
 # The 30-minute soak of docs/reliability.md (Ironic-style cycles on 20 VMs, random worker kills).
 soak: $(STAMP)
 	$(PY) -m tests.reliability.soak --minutes 30 --vms 20
+
+# Memory over time (issue #18): two hours of the same cycles on 10 VMs, no worker kills,
+# RSS/PSS of every process and Redis's used memory printed every 5 minutes.
+soak-memory: $(STAMP)
+	$(PY) -m tests.reliability.soak --minutes 120 --vms 10 --max-kills 0 --sample-every 300 \
+		--live --json var/soak-memory.json --var-dir var/soak-memory
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -5,8 +5,9 @@
 EjectMedia, a random pause (zero half of the time), new bytes behind the node's one URL
 (``boot-<vm>.iso``), InsertMedia of that same URL, boot Cd once, Reset On, wait for the boot;
 now and then a deployment's end instead (eject, Hdd continuous, power cycle into the disk).
-It SIGKILLs a random worker now and then (bounded) and starts it again, and samples the RSS of
-every fleetfish process. It reports cycles, boots, lost (no boot), stuck (PoweringOn past the
+It SIGKILLs a random worker now and then (bounded; ``--max-kills 0`` for none) and starts it
+again, and samples the RSS and PSS of every fleetfish process (gunicorn's and Celery's child
+processes each apart) and what Redis holds; ``--live`` prints each sample as it is taken. It reports cycles, boots, lost (no boot), stuck (PoweringOn past the
 power-on bound), stale (booted older bytes than the URL served at insert), duplicated boots and
 orphan DataVolumes/PVCs at the end; the exit status is 0 only when all of those are 0.
 """
@@ -63,6 +64,9 @@ class SoakReport:
     kills: int = 0
     errors: list[str] = field(default_factory=list)
     rss_mib: list[dict] = field(default_factory=list)  # {"t": s, process name: MiB}
+    # Per process (gunicorn's and Celery's children apart from their parent): {"t": s,
+    # "rss": {name: MiB}, "pss": {name: MiB}, "redis_used_mib": MiB, "redis_keys": n}
+    memory: list[dict] = field(default_factory=list)
 
     def clean(self) -> bool:
         """Nothing lost, stuck, stale, duplicated or left behind."""
@@ -214,34 +218,63 @@ class Soak:
             self.stack.restart(victim)
             self.report.kills += 1
 
-    def sampler(self, every: float) -> None:
+    def sampler(self, every: float, live: bool = False) -> None:
         start = time.monotonic()
         while not self.stop.is_set():
-            sample: dict = {"t": round(time.monotonic() - start)}
+            t = round(time.monotonic() - start)
+            sample: dict = {"t": t}
+            memory: dict = {"t": t, "rss": {}, "pss": {}}
             for name, proc in list(self.stack.procs.items()):
                 try:
                     root = psutil.Process(proc.pid)
-                    rss = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+                    tree = [root, *sorted(root.children(recursive=True), key=lambda p: p.pid)]
                 except psutil.Error:
                     continue
+                rss = 0
+                for n, member in enumerate(tree):
+                    label = name if n == 0 else f"{name}.{n}"
+                    try:
+                        info = member.memory_full_info()
+                    except psutil.Error:
+                        continue
+                    rss += info.rss
+                    memory["rss"][label] = round(info.rss / 2**20, 1)
+                    memory["pss"][label] = round(getattr(info, "pss", 0) / 2**20, 1)
                 sample[name] = round(rss / 2**20, 1)
             if self.stack.redis and self.stack.redis.proc:
                 try:
-                    rss = psutil.Process(self.stack.redis.proc.pid).memory_info().rss
-                    sample["redis"] = round(rss / 2**20, 1)
+                    info = psutil.Process(self.stack.redis.proc.pid).memory_full_info()
+                    sample["redis"] = round(info.rss / 2**20, 1)
+                    memory["rss"]["redis"] = sample["redis"]
+                    memory["pss"]["redis"] = round(getattr(info, "pss", 0) / 2**20, 1)
                 except psutil.Error:
                     pass
+            memory.update(self._redis_memory())
             self.report.rss_mib.append(sample)
+            self.report.memory.append(memory)
+            if live:
+                print(format_memory_sample(memory), flush=True)
             if self.stop.wait(every):
                 return
 
+    def _redis_memory(self) -> dict:
+        """What Redis holds: used memory (its own accounting) and the number of keys."""
+        store = Store.from_url(self.stack.redis_url)
+        try:
+            used = store.r.info("memory")["used_memory"]
+            return {"redis_used_mib": round(used / 2**20, 2), "redis_keys": store.r.dbsize()}
+        except Exception as exc:  # a sample is worth less than the soak: note it and go on
+            return {"redis_error": f"{type(exc).__name__}: {exc}"}
+        finally:
+            store.r.close()
+
     # -- run and judge -----------------------------------------------------------------------
 
-    def run(self, sample_every: float) -> SoakReport:
+    def run(self, sample_every: float, live: bool = False) -> SoakReport:
         nodes = [threading.Thread(target=self.node_loop, args=(vm,)) for vm in self.vms]
         helpers = [
             threading.Thread(target=self.killer, daemon=True),
-            threading.Thread(target=self.sampler, args=(sample_every,), daemon=True),
+            threading.Thread(target=self.sampler, args=(sample_every, live), daemon=True),
         ]
         for t in nodes + helpers:
             t.start()
@@ -329,6 +362,7 @@ def run_soak(
     visibility_timeout: int = 8,
     sample_every: float = 30.0,
     power_on_timeout: int = 60,
+    live: bool = False,
 ) -> SoakReport:
     config = LabConfig.for_tests(
         var_dir,
@@ -342,9 +376,28 @@ def run_soak(
     )
     stack = LabStack(config).start(timeout=120)
     try:
-        return Soak(stack, minutes, max_kills, kill_every, power_on_timeout).run(sample_every)
+        soak = Soak(stack, minutes, max_kills, kill_every, power_on_timeout)
+        return soak.run(sample_every, live)
     finally:
         stack.stop()
+
+
+def format_memory_sample(sample: dict) -> str:
+    """One sample on one line: t, then each process's RSS/PSS in MiB, then Redis."""
+    parts = [f"t={sample['t']}s"]
+    parts += [f"{n} {sample['rss'][n]}/{sample['pss'].get(n, 0)}" for n in sorted(sample["rss"])]
+    if "redis_used_mib" in sample:
+        parts.append(f"redis used {sample['redis_used_mib']} MiB, {sample['redis_keys']} keys")
+    return "memory (RSS/PSS MiB): " + ", ".join(parts)
+
+
+def memory_growth(rep: SoakReport, kind: str = "pss") -> dict[str, float]:
+    """MiB per process between the second sample (after warm-up) and the last, for processes
+    present in both (a restarted worker's children are new processes under the same label)."""
+    if len(rep.memory) < 3:
+        return {}
+    first, last = rep.memory[1][kind], rep.memory[-1][kind]
+    return {k: round(last[k] - first[k], 1) for k in last if k in first}
 
 
 def format_report(rep: SoakReport) -> str:
@@ -360,6 +413,16 @@ def format_report(rep: SoakReport) -> str:
     for s in rep.rss_mib:
         lines.append(f"  {s['t']:<5} " + " ".join(f"{s.get(n, 0):>9}" for n in names))
     lines.append(f"RSS growth after warm-up (MiB): {rep.rss_growth()}")
+    lines.append(f"per-process PSS growth after warm-up (MiB): {memory_growth(rep)}")
+    lines.append(f"per-process RSS growth after warm-up (MiB): {memory_growth(rep, 'rss')}")
+    redis = [s for s in rep.memory if "redis_used_mib" in s]
+    if redis:
+        lines.append(
+            "Redis used memory (MiB) first/max/last after warm-up: "
+            f"{redis[min(1, len(redis) - 1)]['redis_used_mib']}/"
+            f"{max(s['redis_used_mib'] for s in redis[1:] or redis)}/{redis[-1]['redis_used_mib']}"
+            f", keys last {redis[-1]['redis_keys']}"
+        )
     lines += [f"error: {e}" for e in rep.errors[:20]]
     return "\n".join(lines)
 
@@ -368,11 +431,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=30)
     parser.add_argument("--vms", type=int, default=20)
-    parser.add_argument("--max-kills", type=int, default=0, help="default: one per minute")
+    parser.add_argument(
+        "--max-kills", type=int, default=-1, help="default: one per minute; 0: no worker kills"
+    )
     parser.add_argument("--kill-every", type=float, default=60.0, help="mean seconds")
     parser.add_argument("--import-seconds", type=float, default=2.0)
     parser.add_argument("--visibility-timeout", type=int, default=8)
     parser.add_argument("--sample-every", type=float, default=60.0)
+    parser.add_argument(
+        "--live", action="store_true", help="print each memory sample as it is taken"
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument(
         "--var-dir",
@@ -386,11 +454,12 @@ def main(argv: list[str] | None = None) -> int:
             var_dir,
             args.minutes,
             args.vms,
-            args.max_kills or max(1, int(args.minutes)),
+            args.max_kills if args.max_kills >= 0 else max(1, int(args.minutes)),
             args.kill_every,
             args.import_seconds,
             args.visibility_timeout,
             args.sample_every,
+            live=args.live,
         )
 
     if args.var_dir:
