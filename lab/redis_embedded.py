@@ -39,7 +39,8 @@ class EmbeddedRedis:
     def __init__(
         self, data_dir: Path, port: int, password: str = "", port_setting: str = "LAB_REDIS_PORT"
     ):
-        self.data_dir = Path(data_dir)
+        # Absolute: redis-server changes into --dir before it opens --logfile.
+        self.data_dir = Path(data_dir).absolute()
         self.port = port
         self.password = password
         self.port_setting = port_setting  # named in the error when the port is taken

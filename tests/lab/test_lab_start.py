@@ -258,6 +258,18 @@ def test_a_lab_whose_redis_loads_for_seconds_starts(tmp_path):
     assert not listening(config.redis_port)
 
 
+def test_redis_of_a_lab_given_a_relative_state_directory_starts(tmp_path, monkeypatch):
+    """``--var-dir var/x`` from a shell: Redis changes into its data directory before it opens
+    its log, so a relative path must not reach it as such."""
+    monkeypatch.chdir(tmp_path)
+    server = EmbeddedRedis(Path("var") / "redis", free_port()).start(timeout=30)
+    try:
+        assert redis.Redis.from_url(server.url).ping()
+    finally:
+        server.stop()
+    assert (tmp_path / "var" / "redis" / "redis.log").stat().st_size > 0
+
+
 def test_with_a_kubeconfig_the_lab_still_serves_its_iso_server(tmp_path, sim):
     """KUBECONFIG selects a cluster (here the simulator, started apart as a cluster would be):
     the lab starts no simulator of its own, but its ISO server serves images all the same."""
