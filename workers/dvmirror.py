@@ -22,6 +22,8 @@ from collections.abc import Callable
 
 from redis import Redis
 
+from fleetfish.settings import Settings
+
 KEY_PREFIX = "ff:dv:"
 KEY_ALIVE = "ff:dv:alive"
 # The next look of an import waiting on a DataVolume, as a Celery signature: the watcher sends
@@ -45,8 +47,6 @@ PARK_SECONDS = 60.0
 # A change of progress alone is written at most this often per DataVolume (CDI updates it
 # every few seconds; the import's progress shown to users does not need more).
 PROGRESS_SECONDS = 5.0
-# A deleted DataVolume's hash stays this long: an import waiting on it must see the deletion.
-DELETED_TTL_SECONDS = 24 * 3600
 
 
 # KEYS: wake hash, due set. ARGV: the look that was sent, the due set's member.
@@ -167,8 +167,11 @@ def as_dv(ns: str, name: str, fields: dict[str, str]) -> dict:
 class DvMirror:
     """Reads and writes of the mirror; the watcher writes, ``media.import`` reads."""
 
-    def __init__(self, r: Redis):
+    def __init__(self, r: Redis, deleted_ttl: int = Settings.task_result_ttl):
         self.r = r
+        # A deleted DataVolume's hash stays as long as Redfish tasks do: an import waiting on
+        # it (for FLEETFISH_IMPORT_TIMEOUT at most, which the task TTL exceeds) sees the deletion.
+        self.deleted_ttl = deleted_ttl
         self.send_wake: Callable[[str], None] | None = None
         # The watcher's side: what it last wrote per DataVolume and when it last stamped each
         # namespace, so repeated events (bookmarks, unchanged status) cost no Redis call.
@@ -213,7 +216,7 @@ class DvMirror:
         device = self.r.hget(key, "device_key")
         pipe = self.r.pipeline(transaction=False)
         pipe.hset(key, mapping={"deleted": "1", "deleting": "1"})
-        pipe.expire(key, DELETED_TTL_SECONDS)
+        pipe.expire(key, self.deleted_ttl)
         if device:
             pipe.hdel(device, name)
         pipe.execute()

@@ -63,7 +63,7 @@ class Watcher:
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.stop_event = threading.Event()
         self.holding = False
-        self.dvs = DvMirror(store.r)
+        self.dvs = DvMirror(store.r, settings.task_result_ttl)
         # Last import progress shown per DataVolume (from its watch events).
         self._progress: dict[tuple[str, str], tuple[float, float]] = {}
         self._renew = store.r.register_script(_RENEW)
