@@ -352,6 +352,17 @@ class Soak:
         return [f"{LAB_NAMESPACE}.{vm}" for vm in self.vms]
 
 
+def _ttl_env(task_ttl: int) -> dict[str, str]:
+    """A shorter task TTL, so that a run sees Redis reach its steady state: the import timeout
+    goes below it, as the services require (the soak's imports take seconds)."""
+    if not task_ttl:
+        return {}
+    return {
+        "FLEETFISH_TASK_RESULT_TTL": str(task_ttl),
+        "FLEETFISH_IMPORT_TIMEOUT": str(max(60, task_ttl // 2)),
+    }
+
+
 def run_soak(
     var_dir: Path,
     minutes: float,
@@ -363,6 +374,7 @@ def run_soak(
     sample_every: float = 30.0,
     power_on_timeout: int = 60,
     live: bool = False,
+    task_ttl: int = 0,
 ) -> SoakReport:
     config = LabConfig.for_tests(
         var_dir,
@@ -372,7 +384,7 @@ def run_soak(
         visibility_timeout=visibility_timeout,
         flower=False,
         iso_size_mib=1,
-        extra_env={"FLEETFISH_POWER_ON_TIMEOUT": str(power_on_timeout)},
+        extra_env={"FLEETFISH_POWER_ON_TIMEOUT": str(power_on_timeout), **_ttl_env(task_ttl)},
     )
     stack = LabStack(config).start(timeout=120)
     try:
@@ -441,6 +453,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--live", action="store_true", help="print each memory sample as it is taken"
     )
+    parser.add_argument(
+        "--task-ttl",
+        type=int,
+        default=0,
+        help="FLEETFISH_TASK_RESULT_TTL for the run (default: the service's, 7200 s)",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     parser.add_argument(
         "--var-dir",
@@ -460,6 +478,7 @@ def main(argv: list[str] | None = None) -> int:
             args.visibility_timeout,
             args.sample_every,
             live=args.live,
+            task_ttl=args.task_ttl,
         )
 
     if args.var_dir:
