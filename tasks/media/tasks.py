@@ -40,7 +40,7 @@ from workers.dvmirror import PARK_SECONDS, STALE_SECONDS, DvMirror
 from workers.dvstatus import import_ended, import_status, report_import_progress
 from workers.errors import FAILURES, Refused, Transient, WorkError, task_failure
 from workers.kubevirt import NotFound
-from workers.taskutil import Parked, device_lock, retry_transient, single_delivery
+from workers.taskutil import device_lock, park, retry_transient, single_delivery
 
 log = logging.getLogger("fleetfish.worker")
 
@@ -237,7 +237,7 @@ def media_import(
     )
     delay = _await_wake(self, (system_id, device, gen, image, task_id), kwargs, delay)
     if delay is None:
-        raise Parked()
+        return park(self)
     raise self.retry(countdown=delay, kwargs=kwargs)
 
 

@@ -144,6 +144,11 @@ def test_an_import_runs_no_task_between_its_first_look_and_its_wake(lab):
     assert ended["state"] == "Completed", ended
     # The first look creates the DataVolume; the watcher's wake-up is the second and last.
     assert import_runs(lab, "w1") == 2, import_runs(lab, "w1")
+    # The parked run ends as a run (the worker log and Flower say so), not as an exception
+    # Celery would walk every frame of to build its report.
+    log = lab.procs.log("w1")
+    assert "succeeded" in log and "{'parked': True}" in log, log[-2000:]
+    assert " ignored" not in log
 
 
 def test_a_parked_import_still_ends_when_the_watcher_dies(lab):
