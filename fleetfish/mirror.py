@@ -17,6 +17,10 @@ resources from them without ever calling Kubernetes. Format (all keys always pre
                            "name", "hotpluggable": bool} | None}],
      "interfaces": [{"name", "macAddress", "model", "state": "up|down"}],
      "labels": {...}, "updated": epoch}
+
+The watcher writes a document only when something other than ``resourceVersion`` and
+``updated`` changed (``shown_part``): those two then say when it last changed, not the VM's
+latest event.
 """
 
 from __future__ import annotations
@@ -278,3 +282,12 @@ def power_state(doc: dict, power: dict[str, str]) -> str:
         # told Off here would skip the power-off of a VM that is already starting.
         return "PoweringOn"
     return "Off"
+
+
+# Fields that change with every event of the VM (or with the clock) and that nothing renders.
+VOLATILE_FIELDS = ("resourceVersion", "updated")
+
+
+def shown_part(doc: dict) -> dict:
+    """The document without its volatile fields: what a change must touch to be written."""
+    return {k: v for k, v in doc.items() if k not in VOLATILE_FIELDS}

@@ -519,6 +519,11 @@ def _new_celery_id() -> str:
     return str(uuid.uuid4())
 
 
+def encode_doc(doc: dict) -> str:
+    """A system's mirror document as stored: the same document always gives the same text."""
+    return json.dumps(doc, sort_keys=True)
+
+
 class Store:
     """Typed access to the keys above. One instance per process; it holds no state of its own."""
 
@@ -592,7 +597,7 @@ class Store:
 
     def put_system(self, doc: dict) -> None:
         pipe = self.r.pipeline()
-        pipe.set(key_system(doc["id"]), json.dumps(doc, sort_keys=True))
+        pipe.set(key_system(doc["id"]), encode_doc(doc))
         pipe.sadd(KEY_SYSTEMS, doc["id"])
         pipe.execute()
 
@@ -610,7 +615,7 @@ class Store:
         gone = set(self.system_ids()) - keep
         pipe = self.r.pipeline()
         for doc in docs:
-            pipe.set(key_system(doc["id"]), json.dumps(doc, sort_keys=True))
+            pipe.set(key_system(doc["id"]), encode_doc(doc))
         if keep:
             pipe.sadd(KEY_SYSTEMS, *keep)
         for system_id in gone:

@@ -19,9 +19,9 @@ import time
 import uuid
 
 from fleetfish.eventlog import EventLog
-from fleetfish.mirror import claim_names, claim_size, mirror_doc, system_id
+from fleetfish.mirror import claim_names, claim_size, mirror_doc, shown_part, system_id
 from fleetfish.settings import Settings
-from fleetfish.store import KEY_MIRROR, Store
+from fleetfish.store import KEY_MIRROR, Store, encode_doc
 from workers import reaper
 from workers.dvmirror import PROGRESS_SECONDS, DvMirror, wake_sender
 from workers.dvstatus import import_ended, import_status, report_import_progress
@@ -71,6 +71,9 @@ class Watcher:
         self._lock = threading.Lock()
         self._vms: dict[tuple[str, str], dict] = {}
         self._vmis: dict[tuple[str, str], dict] = {}
+        # The shown part of the mirror document last written per system: most VM and VMI
+        # events (a new resourceVersion, conditions' times, hotplug phases) do not change it.
+        self._written_docs: dict[str, str] = {}
         # (namespace, PVC name) -> bytes: read at each relist, and once for a claim first seen
         # on a VM event. A resize shows at the next relist.
         self._claims: dict[tuple[str, str], int] = {}
@@ -233,6 +236,8 @@ class Watcher:
             self._claims = claims
             self._instancetypes = {}
             docs = [self._doc(key, vm) for key, vm in self._vms.items()]
+            # Another holder may have written meanwhile: the list's documents are what is stored.
+            self._written_docs = {doc["id"]: encode_doc(shown_part(doc)) for doc in docs}
             if self.holding:
                 self.store.replace_systems(docs)
                 for key, vmi in self._vmis.items():
@@ -322,10 +327,15 @@ class Watcher:
                 return
             vm = self._vms.get(key)
             if vm is not None:
-                self.store.put_system(self._doc(key, vm))
+                doc = self._doc(key, vm)
+                shown = encode_doc(shown_part(doc))
+                if self._written_docs.get(doc["id"]) != shown:
+                    self.store.put_system(doc)
+                    self._written_docs[doc["id"]] = shown
                 if plural == VMI_PLURAL and kind != "DELETED":
                     self._log_boot(key, obj)
             elif plural == VM_PLURAL and kind == "DELETED":
+                self._written_docs.pop(system_id(*key), None)
                 self.store.delete_system(system_id(*key))
 
     def _show_progress(self, key: tuple[str, str], dv: dict) -> None:
