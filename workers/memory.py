@@ -10,18 +10,19 @@ import time
 class CycleCollector:
     """A full garbage collection after a task, at most once every ``interval`` seconds.
 
-    Each ``self.retry()`` (an import poll) leaves a reference cycle: Celery's ExceptionInfo
-    holds the Retry exception, whose traceback holds the frames that hold the ExceptionInfo,
-    and billiard copies the code positions of every frame into lists, tens of KiB per retry.
+    Each ``self.retry()`` leaves a reference cycle: Celery's ExceptionInfo holds the Retry
+    exception, whose traceback holds the frames that hold the ExceptionInfo, tens of KiB each.
     Python starts a full collection after a number of surviving *objects*; these are few
-    objects holding many bytes, so without help they piled up: a worker's peak RSS in the
-    200-node benchmark was 146 MiB without this collector and 107 MiB with it every 5 s. What
-    piles up between collections grows with the polls per second: every 0.5 s took the 50-node
-    peak from 105 to 93 MiB for no measurable CPU (docs/scaling.md). After the startup freeze a
-    collection scans only what tasks made, a few milliseconds.
+    objects holding many bytes, so without help they piled up (a worker's peak RSS in the
+    200-node benchmark was 146 MiB with no collector when every import poll retried).
+    Imports no longer retry to wait (they park and return), so cycles are rare and one
+    collection every 5 s is enough: at N = 200 the workers peaked at 87 MiB with 0.5 s and with
+    5 s, and spent 12% less CPU with 5 s (``python -m bench.fleet --sizes 200
+    --import-seconds 30 --modes fleetfish``, docs/scaling.md). After the startup freeze a
+    collection scans only what tasks made.
     """
 
-    def __init__(self, interval: float = 0.5, clock=time.monotonic):
+    def __init__(self, interval: float = 5.0, clock=time.monotonic):
         self.interval = interval
         self._clock = clock
         self._last = clock()
