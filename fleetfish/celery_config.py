@@ -70,7 +70,10 @@ def _celery_config(settings: Settings) -> dict:
         "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
         "broker_connection_retry_on_startup": True,
         "worker_send_task_events": True,
-        "task_send_sent_event": True,
+        # No "task-sent" event per message the API sends (a Redis PUBLISH and 0.2-0.4 ms of the
+        # API's CPU per call, python -m bench.api_memory): Flower lists a task from the worker's
+        # received event, milliseconds later, and shows queue lengths from the broker.
+        "task_send_sent_event": False,
         # No STARTED result per run: Flower shows a started task from the worker's events, and
         # an import look would write one every time it runs.
         "task_track_started": False,
