@@ -21,7 +21,7 @@ import uuid
 from fleetfish.eventlog import EventLog
 from fleetfish.mirror import claim_names, claim_size, mirror_doc, shown_part, system_id
 from fleetfish.settings import Settings
-from fleetfish.store import KEY_MIRROR, Store, encode_doc
+from fleetfish.store import KEY_MIRROR, Store
 from workers import reaper
 from workers.dvmirror import PROGRESS_SECONDS, DvMirror, wake_sender
 from workers.dvstatus import import_ended, import_status, report_import_progress
@@ -73,7 +73,7 @@ class Watcher:
         self._vmis: dict[tuple[str, str], dict] = {}
         # The shown part of the mirror document last written per system: most VM and VMI
         # events (a new resourceVersion, conditions' times, hotplug phases) do not change it.
-        self._written_docs: dict[str, str] = {}
+        self._written_docs: dict[str, dict] = {}
         # (namespace, PVC name) -> bytes: read at each relist, and once for a claim first seen
         # on a VM event. A resize shows at the next relist.
         self._claims: dict[tuple[str, str], int] = {}
@@ -237,7 +237,7 @@ class Watcher:
             self._instancetypes = {}
             docs = [self._doc(key, vm) for key, vm in self._vms.items()]
             # Another holder may have written meanwhile: the list's documents are what is stored.
-            self._written_docs = {doc["id"]: encode_doc(shown_part(doc)) for doc in docs}
+            self._written_docs = {doc["id"]: shown_part(doc) for doc in docs}
             if self.holding:
                 self.store.replace_systems(docs)
                 for key, vmi in self._vmis.items():
@@ -328,7 +328,7 @@ class Watcher:
             vm = self._vms.get(key)
             if vm is not None:
                 doc = self._doc(key, vm)
-                shown = encode_doc(shown_part(doc))
+                shown = shown_part(doc)  # compared as dicts: no JSON unless it is written
                 if self._written_docs.get(doc["id"]) != shown:
                     self.store.put_system(doc)
                     self._written_docs[doc["id"]] = shown
