@@ -85,6 +85,11 @@ def cost_lines(results: list[dict]) -> list[str]:
                 f"kube requests {r['mode']}: N={r['n']} {per:.1f} per provisioned node "
                 f"({sum(kube.values())} in all): {detail}"
             )
+        by_command = r.get("redis_ops_by_command")
+        if by_command:
+            per = max(1, _provisioned(r))
+            top = ", ".join(f"{k} {v / per:.1f}" for k, v in list(by_command.items())[:12])
+            lines.append(f"redis ops {r['mode']}: N={r['n']} per provisioned node, top 12: {top}")
         spread = _calls_and_media(r)
         if spread:
             lines.append(spread)

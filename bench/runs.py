@@ -176,6 +176,7 @@ def run_lab_mode(
             "peak_rss": rss.as_dict(),
             "requests": cost,
             "redis_ops": ops,
+            "redis_ops_by_command": redis_ops.by_command,
             "server_side": {
                 name: summary(times) for name, times in requests_seen.server_seconds.items()
             },

@@ -189,22 +189,35 @@ class RequestCounter:
 
 
 class RedisOps:
-    """Commands Redis processed during a run (``INFO stats`` delta; includes the bench's own few)."""
+    """Commands Redis processed during a run (``INFO stats`` delta; includes the bench's own few),
+    and per command (``INFO commandstats`` delta) in ``by_command`` after ``stop``."""
 
     def __init__(self, url: str):
         import redis
 
         self.client = redis.Redis.from_url(url)
         self._start = 0
+        self._calls0: dict[str, int] = {}
+        self.by_command: dict[str, int] = {}
 
     def _total(self) -> int:
         return int(self.client.info("stats")["total_commands_processed"])
 
+    def _calls(self) -> dict[str, int]:
+        stats = self.client.info("commandstats")
+        return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
     def start(self) -> None:
         self._start = self._total()
+        self._calls0 = self._calls()
 
     def stop(self) -> int:
         try:
+            calls = self._calls()
+            delta = {k: n - self._calls0.get(k, 0) for k, n in calls.items()}
+            self.by_command = dict(
+                sorted(((k, n) for k, n in delta.items() if n), key=lambda x: -x[1])
+            )
             return self._total() - self._start
         finally:
             self.client.close()

@@ -596,7 +596,9 @@ class Store:
         return _s(synced), int(count)
 
     def put_system(self, doc: dict) -> None:
-        pipe = self.r.pipeline()
+        # No MULTI/EXEC: both writes are idempotent and nothing reads them as a pair (two
+        # Redis commands less for each of the watcher's writes).
+        pipe = self.r.pipeline(transaction=False)
         pipe.set(key_system(doc["id"]), encode_doc(doc))
         pipe.sadd(KEY_SYSTEMS, doc["id"])
         pipe.execute()
