@@ -149,6 +149,9 @@ def test_an_import_runs_no_task_between_its_first_look_and_its_wake(lab):
     log = lab.procs.log("w1")
     assert "succeeded" in log and "{'parked': True}" in log, log[-2000:]
     assert " ignored" not in log
+    # Nothing of the chain ran from the parked run: the attach came once, after the wake.
+    attaches = [ln for ln in log.splitlines() if "Task media.attach[" in ln and "received" in ln]
+    assert len(attaches) == 1, attaches
 
 
 def test_a_parked_import_still_ends_when_the_watcher_dies(lab):
