@@ -237,9 +237,10 @@ class Watcher:
             self._instancetypes = {}
             docs = [self._doc(key, vm) for key, vm in self._vms.items()]
             # Another holder may have written meanwhile: the list's documents are what is stored.
-            self._written_docs = {doc["id"]: shown_part(doc) for doc in docs}
+            self._written_docs = {}
             if self.holding:
                 self.store.replace_systems(docs)
+                self._written_docs = {doc["id"]: shown_part(doc) for doc in docs}
                 for key, vmi in self._vmis.items():
                     if key in self._vms:
                         self._log_boot(key, vmi)
