@@ -68,8 +68,8 @@ def park(task: Task) -> Parked:
     """``return park(self)`` once the next look is registered (it carries the chain).
 
     A return, not an exception: Celery builds an ExceptionInfo (a walk of every frame) for an
-    ``Ignore`` and its traceback keeps a reference cycle alive until the next full collection;
-    with one park per import, that was a fifth of a busy worker's CPU (py-spy, soak).
+    ``Ignore`` and its traceback keeps a reference cycle alive until the next full collection,
+    once per import.
     """
     task.request.chain = None  # the look carries it; nothing follows this run
     task.request.callbacks = None

@@ -7,7 +7,8 @@ EjectMedia, a random pause (zero half of the time), new bytes behind the node's 
 now and then a deployment's end instead (eject, Hdd continuous, power cycle into the disk).
 It SIGKILLs a random worker now and then (bounded; ``--max-kills 0`` for none) and starts it
 again, and samples the RSS and PSS of every fleetfish process (gunicorn's and Celery's child
-processes each apart) and what Redis holds; ``--live`` prints each sample as it is taken. It reports cycles, boots, lost (no boot), stuck (PoweringOn past the
+processes each apart) and what Redis holds; ``--live`` prints each sample as it is taken.
+It reports cycles, boots, lost (no boot), stuck (PoweringOn past the
 power-on bound), stale (booted older bytes than the URL served at insert), duplicated boots and
 orphan DataVolumes/PVCs at the end; the exit status is 0 only when all of those are 0.
 """
