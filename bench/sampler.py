@@ -27,6 +27,21 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
+def process_memory(name: str, pid: int) -> dict[str, tuple[int, int]]:
+    """(RSS, PSS) in bytes of each process of a tree, labelled ``name`` for the root and
+    ``name.1``, ``name.2``... for its children in PID order (gunicorn's or Celery's workers);
+    PSS is 0 where the OS lacks it, and a process gone meanwhile is left out."""
+    tree = process_tree(pid)
+    out: dict[str, tuple[int, int]] = {}
+    for n, member in enumerate(tree[:1] + sorted(tree[1:], key=lambda p: p.pid)):
+        try:
+            info = member.memory_full_info()
+        except psutil.Error:
+            continue
+        out[name if n == 0 else f"{name}.{n}"] = (info.rss, getattr(info, "pss", 0))
+    return out
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of a process and its children (gunicorn's workers), so far."""
     total = 0.0
@@ -56,20 +71,14 @@ class RssSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _memory_of(self, pid: int) -> tuple[int, int]:
-        """(RSS, PSS) of a process and all its children; PSS is 0 where the OS lacks it."""
-        rss = pss = 0
-        for member in process_tree(pid):
-            try:
-                info = member.memory_full_info()
-            except psutil.Error:
-                continue
-            rss += info.rss
-            pss += getattr(info, "pss", 0)
-        return rss, pss
+    @staticmethod
+    def _memory_of(name: str, pid: int) -> tuple[int, int]:
+        """(RSS, PSS) of a process and all its children."""
+        parts = process_memory(name, pid).values()
+        return sum(rss for rss, _ in parts), sum(pss for _, pss in parts)
 
     def sample(self) -> int:
-        memory = {name: self._memory_of(pid) for name, pid in self.pids.items()}
+        memory = {name: self._memory_of(name, pid) for name, pid in self.pids.items()}
         by_name = {name: rss for name, (rss, _) in memory.items()}
         total = sum(by_name.values())
         self.samples += 1

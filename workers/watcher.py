@@ -336,8 +336,9 @@ class Watcher:
                 if plural == VMI_PLURAL and kind != "DELETED":
                     self._log_boot(key, obj)
             elif plural == VM_PLURAL and kind == "DELETED":
-                self._written_docs.pop(system_id(*key), None)
-                self.store.delete_system(system_id(*key))
+                gone = system_id(*key)
+                self._written_docs.pop(gone, None)
+                self.store.delete_system(gone)
 
     def _show_progress(self, key: tuple[str, str], dv: dict) -> None:
         """The progress of an import waiting for its wake-up, shown as its own looks would."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 import requests
 
-from bench.sampler import RequestCounter
+from bench.sampler import RequestCounter, process_memory
 from bench.stats import percentile, summary
 from bench.throttle import ThrottledIsoServer
 
@@ -149,3 +151,15 @@ def test_a_negative_service_cpu_count_is_refused(capsys):
         parse_args(["--out", "x", "--service-cpus", "-1"])
     assert exit_info.value.code == 2
     assert "--service-cpus must be 0" in capsys.readouterr().err
+
+
+def test_process_memory_labels_a_parent_and_each_child_apart():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        memory = process_memory("bench", os.getpid())
+        assert set(memory) >= {"bench", "bench.1"}
+        rss, pss = memory["bench.1"]
+        assert rss > 1024 * 1024 and 0 < pss <= rss
+    finally:
+        child.kill()
+        child.wait()

@@ -26,9 +26,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import psutil
 import requests
 
+from bench.sampler import process_memory
 from fleetfish.store import Store
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 from tests.e2e.conftest import lab_vm_names
@@ -64,9 +64,8 @@ class SoakReport:
     orphans: int = 0  # DataVolumes/PVCs left at the end that no current media uses
     kills: int = 0
     errors: list[str] = field(default_factory=list)
-    rss_mib: list[dict] = field(default_factory=list)  # {"t": s, process name: MiB}
-    # Per process (gunicorn's and Celery's children apart from their parent): {"t": s,
-    # "rss": {name: MiB}, "pss": {name: MiB}, "redis_used_mib": MiB, "redis_keys": n}
+    # Per process (gunicorn's and Celery's children apart from their parent, as ``api.1``...):
+    # {"t": s, "rss": {label: MiB}, "pss": {label: MiB}, "redis_used_mib": MiB, "redis_keys": n}
     memory: list[dict] = field(default_factory=list)
 
     def clean(self) -> bool:
@@ -74,11 +73,21 @@ class SoakReport:
         return not (self.lost or self.stuck or self.stale or self.duplicated or self.orphans)
 
     def rss_growth(self) -> dict[str, float]:
-        """MiB between the first sample after warm-up (the second one) and the last."""
-        if len(self.rss_mib) < 3:
+        """RSS MiB of each process tree between the first sample after warm-up (the second
+        one) and the last."""
+        if len(self.memory) < 3:
             return {}
-        first, last = self.rss_mib[1], self.rss_mib[-1]
-        return {k: round(last[k] - first[k], 1) for k in last if k != "t" and k in first}
+        first, last = tree_rss(self.memory[1]), tree_rss(self.memory[-1])
+        return {k: round(last[k] - first[k], 1) for k in last if k in first}
+
+
+def tree_rss(sample: dict) -> dict[str, float]:
+    """RSS MiB of each named process with its children (``api`` + ``api.1`` + ...)."""
+    totals: dict[str, float] = {}
+    for label, mib in sample["rss"].items():
+        tree = label.split(".", 1)[0]
+        totals[tree] = round(totals.get(tree, 0.0) + mib, 1)
+    return totals
 
 
 def _wait(predicate, timeout: float, interval: float = 0.5):
@@ -222,36 +231,15 @@ class Soak:
     def sampler(self, every: float, live: bool = False) -> None:
         start = time.monotonic()
         while not self.stop.is_set():
-            t = round(time.monotonic() - start)
-            sample: dict = {"t": t}
-            memory: dict = {"t": t, "rss": {}, "pss": {}}
-            for name, proc in list(self.stack.procs.items()):
-                try:
-                    root = psutil.Process(proc.pid)
-                    tree = [root, *sorted(root.children(recursive=True), key=lambda p: p.pid)]
-                except psutil.Error:
-                    continue
-                rss = 0
-                for n, member in enumerate(tree):
-                    label = name if n == 0 else f"{name}.{n}"
-                    try:
-                        info = member.memory_full_info()
-                    except psutil.Error:
-                        continue
-                    rss += info.rss
-                    memory["rss"][label] = round(info.rss / 2**20, 1)
-                    memory["pss"][label] = round(getattr(info, "pss", 0) / 2**20, 1)
-                sample[name] = round(rss / 2**20, 1)
+            memory: dict = {"t": round(time.monotonic() - start), "rss": {}, "pss": {}}
+            pids = {name: proc.pid for name, proc in list(self.stack.procs.items())}
             if self.stack.redis and self.stack.redis.proc:
-                try:
-                    info = psutil.Process(self.stack.redis.proc.pid).memory_full_info()
-                    sample["redis"] = round(info.rss / 2**20, 1)
-                    memory["rss"]["redis"] = sample["redis"]
-                    memory["pss"]["redis"] = round(getattr(info, "pss", 0) / 2**20, 1)
-                except psutil.Error:
-                    pass
+                pids["redis"] = self.stack.redis.proc.pid
+            for name, pid in pids.items():
+                for label, (rss, pss) in process_memory(name, pid).items():
+                    memory["rss"][label] = round(rss / 2**20, 1)
+                    memory["pss"][label] = round(pss / 2**20, 1)
             memory.update(self._redis_memory())
-            self.report.rss_mib.append(sample)
             self.report.memory.append(memory)
             if live:
                 print(format_memory_sample(memory), flush=True)
@@ -353,15 +341,31 @@ class Soak:
         return [f"{LAB_NAMESPACE}.{vm}" for vm in self.vms]
 
 
+# The import timeout the soak sets below a shorter task TTL: its imports take seconds.
+MIN_IMPORT_TIMEOUT = 60
+
+
 def _ttl_env(task_ttl: int) -> dict[str, str]:
     """A shorter task TTL, so that a run sees Redis reach its steady state: the import timeout
-    goes below it, as the services require (the soak's imports take seconds)."""
+    goes below it, as the services require."""
     if not task_ttl:
         return {}
     return {
         "FLEETFISH_TASK_RESULT_TTL": str(task_ttl),
-        "FLEETFISH_IMPORT_TIMEOUT": str(max(60, task_ttl // 2)),
+        "FLEETFISH_IMPORT_TIMEOUT": str(max(MIN_IMPORT_TIMEOUT, task_ttl // 2)),
     }
+
+
+def task_ttl_arg(text: str) -> int:
+    """``--task-ttl``: 0 (the service's default) or more than the import timeout the soak
+    sets, which the services would otherwise refuse at start."""
+    ttl = int(text)
+    if ttl and ttl <= MIN_IMPORT_TIMEOUT:
+        raise argparse.ArgumentTypeError(
+            f"must be 0 or more than {MIN_IMPORT_TIMEOUT} s (the import timeout the soak sets; "
+            "the services refuse a task TTL not above it)"
+        )
+    return ttl
 
 
 def run_soak(
@@ -421,10 +425,11 @@ def format_report(rep: SoakReport) -> str:
         f"orphans {rep.orphans}",
         "RSS MiB over time (t in s):",
     ]
-    names = sorted({k for s in rep.rss_mib for k in s if k != "t"})
+    trees = [(s["t"], tree_rss(s)) for s in rep.memory]
+    names = sorted({n for _, totals in trees for n in totals})
     lines.append("  t     " + " ".join(f"{n:>9}" for n in names))
-    for s in rep.rss_mib:
-        lines.append(f"  {s['t']:<5} " + " ".join(f"{s.get(n, 0):>9}" for n in names))
+    for t, totals in trees:
+        lines.append(f"  {t:<5} " + " ".join(f"{totals.get(n, 0):>9}" for n in names))
     lines.append(f"RSS growth after warm-up (MiB): {rep.rss_growth()}")
     lines.append(f"per-process PSS growth after warm-up (MiB): {memory_growth(rep)}")
     lines.append(f"per-process RSS growth after warm-up (MiB): {memory_growth(rep, 'rss')}")
@@ -456,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--task-ttl",
-        type=int,
+        type=task_ttl_arg,
         default=0,
         help="FLEETFISH_TASK_RESULT_TTL for the run (default: the service's, 7200 s)",
     )
