@@ -64,15 +64,15 @@ def _record_reason(system_id: str, device: str, gen: int, exc: BaseException) ->
     runtime.store().update_media(system_id, device, gen, message=str(exc) or type(exc).__name__)
 
 
-def _report_progress(task, system_id, device, gen, task_id, image, pct: float | None) -> bool:
+def _report_progress(system_id, device, gen, task_id, image, pct: float | None) -> bool:
+    """Progress shows on the media and its Redfish task; False when the request went stale.
+
+    No Celery PROGRESS state: nothing reads one (Flower shows a task's state from the worker's
+    events), and it cost a result write and a PUBLISH per look."""
     shown = 0.0 if pct is None else pct
-    if not report_import_progress(
+    return report_import_progress(
         runtime.store(), runtime.events(), system_id, device, gen, task_id, image, shown
-    ):
-        return False
-    if task.request.id and not task.request.called_directly:
-        task.update_state(state="PROGRESS", meta={"system": system_id, "progress": shown})
-    return True
+    )
 
 
 def check_ca_configmap(kv, conf, system_id: str, image: str) -> None:
@@ -155,7 +155,7 @@ def _watched_dv(ns: str, name: str, started: float, fallback: dict) -> dict | No
 
 
 def import_step(
-    task, system_id, device, gen, image, task_id, started, fallback: dict | None = None
+    system_id, device, gen, image, task_id, started, fallback: dict | None = None
 ) -> dict | None:
     """One look at the import. Returns the result when done, None when it must wait again.
 
@@ -184,7 +184,7 @@ def import_step(
         delete_dv(kv, dv)
         raise MediaError(status.error)
     if status is not None:
-        if not _report_progress(task, system_id, device, gen, task_id, image, status.progress):
+        if not _report_progress(system_id, device, gen, task_id, image, status.progress):
             return {"stale": True}
         if status.done:
             log.info("DataVolume %s imported system=%s", name, system_id)
@@ -202,14 +202,14 @@ def media_import(
 ):
     """Create the DataVolume (or reuse it) and wait on its mirror until the import Succeeded."""
     if runtime.settings().legacy_sequential:
-        return legacy_import(self, system_id, device, gen, image, task_id)
+        return legacy_import(system_id, device, gen, image, task_id)
     if _current(system_id, device, gen) is None:
         log.info("insert gen %s superseded, not importing", gen)
         return {"stale": True}
     fallback = {"read_at": read_at or 0.0}
     kwargs = {"started": started, "transient": 0}
     try:
-        result = import_step(self, system_id, device, gen, image, task_id, started, fallback)
+        result = import_step(system_id, device, gen, image, task_id, started, fallback)
     except Transient as exc:
         log.warning("import of %s: %s", image, exc)
         err = retry_transient(
@@ -456,7 +456,7 @@ def media_eject(self, system_id, device, gen, task_id, transient=0):
 # -- legacy mode --------------------------------------------------------------------------------
 
 
-def legacy_import(task, system_id, device, gen, image, task_id) -> dict:
+def legacy_import(system_id, device, gen, image, task_id) -> dict:
     """The old single-worker service: one fleet-wide lock held for import + attach, blocking.
 
     Kept only to measure the difference (``FLEETFISH_LEGACY_SEQUENTIAL``): N nodes take N times
@@ -473,7 +473,7 @@ def legacy_import(task, system_id, device, gen, image, task_id) -> dict:
         fallback: dict = {}
         for attempt in range(int(conf.import_timeout / max(conf.import_poll_seconds, 0.1)) + 1):
             since = started if attempt else None  # the first poll creates the DataVolume
-            result = import_step(task, system_id, device, gen, image, task_id, since, fallback)
+            result = import_step(system_id, device, gen, image, task_id, since, fallback)
             if result is not None:
                 break
             if time.time() > deadline + conf.import_timeout:

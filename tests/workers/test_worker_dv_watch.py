@@ -4,6 +4,7 @@ DataVolume themselves."""
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -152,6 +153,11 @@ def test_an_import_runs_no_task_between_its_first_look_and_its_wake(lab):
     # Nothing of the chain ran from the parked run: the attach came once, after the wake.
     attaches = [ln for ln in log.splitlines() if "Task media.attach[" in ln and "received" in ln]
     assert len(attaches) == 1, attaches
+    # Its progress went to the Redfish task and the media only: no Celery result (a SET and a
+    # PUBLISH per look) that nothing reads.
+    import_ids = set(re.findall(r"Task media\.import\[([0-9a-f-]+)\]", log))
+    assert import_ids
+    assert [i for i in import_ids if lab.store.r.exists(f"celery-task-meta-{i}")] == []
 
 
 def test_a_parked_import_still_ends_when_the_watcher_dies(lab):
