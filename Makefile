@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: lab test lint install clean bench bench-quick bench-reference soak soak-memory
+.PHONY: lab test lint install clean bench bench-quick bench-reference bench-compare soak soak-memory
 
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,13 @@ bench-reference: $(STAMP)
 	cp -r bench/. var/ref-worktree/bench/
 	-cd var/ref-worktree && PYTHONPATH=. $(CURDIR)/$(PY) -m bench.fleet --sizes $(REF_SIZES) --import-seconds 30 --workers 2 --modes fleetfish --out $(CURDIR)/var/bench-ref-$(REF)
 	git worktree remove --force var/ref-worktree
+
+# The same comparison in turns (this checkout, then REF, then REF first...), ROUNDS times per
+# size: each run's CPU per provisioned node, the means and their ratio. Results in
+# var/bench-compare.
+ROUNDS ?= 3
+bench-compare: $(STAMP)
+	$(PY) -m bench.compare --ref $(REF) --sizes $(REF_SIZES) --rounds $(ROUNDS)
 
 # About a minute: 3 nodes, all three modes.
 bench-quick: $(STAMP)

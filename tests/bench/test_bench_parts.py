@@ -10,6 +10,7 @@ import time
 import pytest
 import requests
 
+from bench.compare import summary_lines
 from bench.sampler import RequestCounter, process_memory
 from bench.stats import percentile, summary
 from bench.throttle import ThrottledIsoServer
@@ -163,3 +164,14 @@ def test_process_memory_labels_a_parent_and_each_child_apart():
     finally:
         child.kill()
         child.wait()
+
+
+def test_compare_summary_gives_each_round_the_means_and_the_change():
+    lines = summary_lines("8dc8dbe", {50: {"this": [0.066, 0.070], "ref": [0.130, 0.126]}})
+    assert lines == [
+        "N=50: this/reference per round 0.066/0.130, 0.070/0.126; "
+        "means 0.068 / 0.128 s per node: -47% against 8dc8dbe"
+    ]
+    assert summary_lines("x", {200: {"this": [0.06], "ref": []}}) == [
+        "N=200: this/reference per round none"
+    ]

@@ -1,0 +1,102 @@
+"""``python -m bench.compare``: CPU per provisioned node of this checkout against older code, in turns.
+
+The machine's speed drifts by about 10% from one hour to the next, more than the changes being
+judged, so one run of each side says little. This runs ``bench.fleet`` for this checkout and for
+``--ref`` (a git worktree of that commit, with this checkout's ``bench/`` copied in, as
+``make bench-reference`` does) alternately, ``--rounds`` times per size, and prints each run's
+fleetfish CPU per provisioned node, the means and their ratio. Results: ``--out``/<side>-n<N>-r<k>.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from bench.report import cpu_per_node
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCE = "8dc8dbe"  # the code before the DataVolume watch: the reference of the cost target
+
+
+def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> float | None:
+    """One ``bench.fleet`` run of the code in ``cwd``; its CPU per provisioned node."""
+    command = [
+        sys.executable, "-m", "bench.fleet", "--sizes", str(size),
+        "--import-seconds", str(import_seconds), "--workers", "2", "--modes", "fleetfish",
+        "--out", str(out),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    # bench.fleet exits 1 when a target FAILs: the run still counts, its results say why.
+    subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, check=False)
+    results = out / "results.json"
+    if not results.exists():
+        return None
+    return cpu_per_node(json.loads(results.read_text())["results"][0], "cpu_whole_run")
+
+
+def reference_worktree(ref: str, path: Path) -> Path:
+    if path.exists():
+        subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=REPO, check=False)
+        shutil.rmtree(path, ignore_errors=True)
+    subprocess.run(["git", "worktree", "prune"], cwd=REPO, check=True)
+    subprocess.run(["git", "worktree", "add", "--detach", str(path), ref], cwd=REPO, check=True)
+    shutil.copytree(REPO / "bench", path / "bench", dirs_exist_ok=True)
+    return path
+
+
+def summary_lines(ref: str, per_size: dict[int, dict[str, list[float]]]) -> list[str]:
+    lines = []
+    for size, sides in sorted(per_size.items()):
+        here, there = sides["this"], sides["ref"]
+        shown = ", ".join(f"{t:.3f}/{r:.3f}" for t, r in zip(here, there, strict=False)) or "none"
+        line = f"N={size}: this/reference per round {shown}"
+        if here and there:
+            mine, theirs = statistics.mean(here), statistics.mean(there)
+            line += (
+                f"; means {mine:.3f} / {theirs:.3f} s per node: "
+                f"{100 * (mine / theirs - 1):+.0f}% against {ref}"
+            )
+        lines.append(line)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ref", default=REFERENCE, help=f"commit to compare with ({REFERENCE})")
+    parser.add_argument("--sizes", default="50,200", help="comma-separated N")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--import-seconds", type=float, default=30.0)
+    parser.add_argument("--out", type=Path, default=REPO / "var" / "bench-compare")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.out.mkdir(parents=True, exist_ok=True)
+    worktree = reference_worktree(args.ref, REPO / "var" / "compare-worktree")
+    per_size: dict[int, dict[str, list[float]]] = {n: {"this": [], "ref": []} for n in sizes}
+    try:
+        for k in range(1, args.rounds + 1):
+            for size in sizes:
+                sides = [("this", REPO), ("ref", worktree)]
+                # Each side goes first in every other round: neither always runs on a warmer
+                # (or busier) machine.
+                for side, cwd in sides if k % 2 else sides[::-1]:
+                    out = args.out / f"{side}-n{size}-r{k}"
+                    cpu = fleet_run(cwd, size, args.import_seconds, out)
+                    shown = "no result" if cpu is None else f"{cpu:.3f} s per node"
+                    print(f"round {k} N={size} {side}: {shown} ({out})", flush=True)
+                    if cpu is not None:
+                        per_size[size][side].append(cpu)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO)
+    for line in summary_lines(args.ref, per_size):
+        print(line)
+    return 0 if all(s["this"] and s["ref"] for s in per_size.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
