@@ -631,6 +631,20 @@ class Store:
     def get_media(self, system_id: str, device: str = "Cd") -> dict[str, str]:
         return _media_defaults(_decode(self.r.hgetall(key_media(system_id, device))))
 
+    def every_media(self, device: str = "Cd", chunk: int = 500) -> dict[str, dict[str, str]]:
+        """Each system's media on ``device``, read in one round trip per ``chunk`` systems: the
+        watcher's lost-work sweep reads them all every visibility timeout."""
+        ids = self.system_ids()
+        found: dict[str, dict[str, str]] = {}
+        for start in range(0, len(ids), chunk):
+            part = ids[start : start + chunk]
+            pipe = self.r.pipeline(transaction=False)
+            for system_id in part:
+                pipe.hgetall(key_media(system_id, device))
+            for system_id, raw in zip(part, pipe.execute(), strict=True):
+                found[system_id] = _media_defaults(_decode(raw))
+        return found
+
     def media_and_credentials(
         self, system_id: str, device: str = "Cd"
     ) -> tuple[dict[str, str], dict[str, str]]:

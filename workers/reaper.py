@@ -56,9 +56,8 @@ SendStartCheck = Callable[[str, str, str, float], None]
 def stale_media(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
     """(system, device, media) of pending media not updated for ``stale_after`` seconds."""
     found = []
-    for system_id in store.system_ids():
-        for device in DEVICES:
-            media = store.get_media(system_id, device)
+    for device in DEVICES:
+        for system_id, media in store.every_media(device).items():
             if media.get("state") not in PENDING_STATES or not media.get("gen"):
                 continue
             if now - float(media.get("updated") or 0) >= stale_after:
@@ -100,9 +99,8 @@ def stalled_ejects(store: Store, now: float, stale_after: float) -> list[tuple[s
     """(system, device, media) of ejects whose task has not ended ``stale_after`` seconds
     after it was recorded or last sent."""
     found = []
-    for system_id in store.system_ids():
-        for device in DEVICES:
-            media = store.get_media(system_id, device)
+    for device in DEVICES:
+        for system_id, media in store.every_media(device).items():
             # An eject's generation has no image; an insert's (pending or failed) has one.
             if media.get("image") or media.get("state") in PENDING_STATES or not media.get("task"):
                 continue

@@ -43,6 +43,20 @@ def _system(store, sid):
     store.put_system({"id": sid, "name": sid})
 
 
+def test_a_stalled_media_is_found_among_many_systems_read_in_chunks(store):
+    # 1,200 systems: the sweep reads their media 500 at a time; the stalled one is in the last.
+    ids = [f"fleetfish-lab.node-{n:04d}" for n in range(1200)]
+    for sid in ids:
+        _system(store, sid)
+    began = store.begin_insert(ids[-1], "Cd", "http://iso/late.iso")
+    store.begin_insert(ids[0], "Cd", "http://iso/fresh.iso")
+    store.r.hset(key_media(ids[-1]), "updated", str(time.time() - 100))
+    media = store.every_media("Cd", chunk=500)
+    assert len(media) == 1200 and media[ids[1]] == store.get_media(ids[1])
+    assert resend_stalled(store, lambda *a: None, stale_after=60) == [ids[-1]]
+    assert store.get_media(ids[-1])["gen"] == str(began["gen"])
+
+
 def test_only_stalled_pending_media_is_sent_again_once(store):
     for sid in (SID, OTHER):
         _system(store, sid)
