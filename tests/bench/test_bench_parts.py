@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from bench.compare import summary_lines
+from bench.idle import format_idle
 from bench.sampler import RequestCounter, process_memory
 from bench.stats import percentile, summary
 from bench.throttle import ThrottledIsoServer
@@ -175,3 +176,11 @@ def test_compare_summary_gives_each_round_the_means_and_the_change():
     assert summary_lines("x", {200: {"this": [0.06], "ref": []}}) == [
         "N=200: this/reference per round none"
     ]
+
+
+def test_idle_report_totals_fleetfish_processes_only():
+    line = format_idle(200, {"api": 20.4, "kubesim": 800.0, "watcher": 130.0, "worker0": 99.6})
+    assert line == (
+        "idle CPU, 200 VMs (ms per minute): api 20, kubesim 800, watcher 130, worker0 100; "
+        "fleetfish total 250"
+    )
