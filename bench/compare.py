@@ -32,6 +32,7 @@ def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> float |
         "--out", str(out),
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(cwd)}
+    shutil.rmtree(out, ignore_errors=True)  # a run that writes nothing must not read an old one
     # bench.fleet exits 1 when a target FAILs: the run still counts, its results say why.
     subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, check=False)
     results = out / "results.json"

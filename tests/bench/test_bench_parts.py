@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ import time
 import pytest
 import requests
 
-from bench.compare import summary_lines
+from bench import compare
 from bench.idle import format_idle
 from bench.sampler import RequestCounter, process_memory
 from bench.stats import percentile, summary
@@ -168,12 +169,12 @@ def test_process_memory_labels_a_parent_and_each_child_apart():
 
 
 def test_compare_summary_gives_each_round_the_means_and_the_change():
-    lines = summary_lines("8dc8dbe", {50: {"this": [0.066, 0.070], "ref": [0.130, 0.126]}})
+    lines = compare.summary_lines("8dc8dbe", {50: {"this": [0.066, 0.070], "ref": [0.130, 0.126]}})
     assert lines == [
         "N=50: this/reference per round 0.066/0.130, 0.070/0.126; "
         "means 0.068 / 0.128 s per node: -47% against 8dc8dbe"
     ]
-    assert summary_lines("x", {200: {"this": [0.06], "ref": []}}) == [
+    assert compare.summary_lines("x", {200: {"this": [0.06], "ref": []}}) == [
         "N=200: this/reference per round none"
     ]
 
@@ -184,3 +185,12 @@ def test_idle_report_totals_fleetfish_processes_only():
         "idle CPU, 200 VMs (ms per minute): api 20, kubesim 800, watcher 130, worker0 100; "
         "fleetfish total 250"
     )
+
+
+def test_compare_run_that_writes_no_results_counts_as_none_not_an_old_result(tmp_path, monkeypatch):
+    out = tmp_path / "this-n50-r1"
+    out.mkdir()
+    earlier = {"n": 50, "cdrom_boots": 50, "cpu_whole_run": {"cpu_seconds": {"api": 1.0}}}
+    (out / "results.json").write_text(json.dumps({"results": [earlier]}))  # an earlier run's
+    monkeypatch.setattr(compare.subprocess, "run", lambda *a, **k: None)  # the run wrote nothing
+    assert compare.fleet_run(tmp_path, 50, 30.0, out) is None
