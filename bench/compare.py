@@ -25,7 +25,8 @@ REFERENCE = "8dc8dbe"  # the code before the DataVolume watch: the reference of 
 
 
 def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> float | None:
-    """One ``bench.fleet`` run of the code in ``cwd``; its CPU per provisioned node."""
+    """One ``bench.fleet`` run of the code in ``cwd``; its CPU per provisioned node, None when
+    it wrote no results or not every node booted its ISO (its report says why)."""
     command = [
         sys.executable, "-m", "bench.fleet", "--sizes", str(size),
         "--import-seconds", str(import_seconds), "--workers", "2", "--modes", "fleetfish",
@@ -38,7 +39,10 @@ def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> float |
     results = out / "results.json"
     if not results.exists():
         return None
-    return cpu_per_node(json.loads(results.read_text())["results"][0], "cpu_whole_run")
+    run = json.loads(results.read_text())["results"][0]
+    if run.get("cdrom_boots") != run.get("n"):
+        return None
+    return cpu_per_node(run, "cpu_whole_run")
 
 
 def reference_worktree(ref: str, path: Path) -> Path:
@@ -51,16 +55,24 @@ def reference_worktree(ref: str, path: Path) -> Path:
     return path
 
 
-def summary_lines(ref: str, per_size: dict[int, dict[str, list[float]]]) -> list[str]:
+Round = dict[str, float | None]  # {"this": CPU per node, "ref": ...}; None: no usable run
+
+
+def summary_lines(ref: str, per_size: dict[int, list[Round]]) -> list[str]:
+    """Per size: each round's pair, and the means over the rounds where both sides ran."""
     lines = []
-    for size, sides in sorted(per_size.items()):
-        here, there = sides["this"], sides["ref"]
-        shown = ", ".join(f"{t:.3f}/{r:.3f}" for t, r in zip(here, there, strict=False)) or "none"
-        line = f"N={size}: this/reference per round {shown}"
-        if here and there:
-            mine, theirs = statistics.mean(here), statistics.mean(there)
+    for size, rounds in sorted(per_size.items()):
+        shown = ", ".join(
+            "/".join("-" if r[side] is None else f"{r[side]:.3f}" for side in ("this", "ref"))
+            for r in rounds
+        )
+        line = f"N={size}: this/reference per round {shown or 'none'}"
+        complete = [r for r in rounds if r["this"] is not None and r["ref"] is not None]
+        if complete:
+            mine = statistics.mean(r["this"] for r in complete)
+            theirs = statistics.mean(r["ref"] for r in complete)
             line += (
-                f"; means {mine:.3f} / {theirs:.3f} s per node: "
+                f"; means over {len(complete)} rounds {mine:.3f} / {theirs:.3f} s per node: "
                 f"{100 * (mine / theirs - 1):+.0f}% against {ref}"
             )
         lines.append(line)
@@ -75,28 +87,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import-seconds", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=REPO / "var" / "bench-compare")
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # the runs work in other directories
     sizes = [int(s) for s in args.sizes.split(",") if s]
     args.out.mkdir(parents=True, exist_ok=True)
     worktree = reference_worktree(args.ref, REPO / "var" / "compare-worktree")
-    per_size: dict[int, dict[str, list[float]]] = {n: {"this": [], "ref": []} for n in sizes}
+    per_size: dict[int, list[Round]] = {n: [] for n in sizes}
     try:
         for k in range(1, args.rounds + 1):
             for size in sizes:
+                pair: Round = {}
+                per_size[size].append(pair)
                 sides = [("this", REPO), ("ref", worktree)]
                 # Each side goes first in every other round: neither always runs on a warmer
                 # (or busier) machine.
                 for side, cwd in sides if k % 2 else sides[::-1]:
                     out = args.out / f"{side}-n{size}-r{k}"
-                    cpu = fleet_run(cwd, size, args.import_seconds, out)
-                    shown = "no result" if cpu is None else f"{cpu:.3f} s per node"
+                    pair[side] = cpu = fleet_run(cwd, size, args.import_seconds, out)
+                    shown = "no usable result" if cpu is None else f"{cpu:.3f} s per node"
                     print(f"round {k} N={size} {side}: {shown} ({out})", flush=True)
-                    if cpu is not None:
-                        per_size[size][side].append(cpu)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO)
     for line in summary_lines(args.ref, per_size):
         print(line)
-    return 0 if all(s["this"] and s["ref"] for s in per_size.values()) else 1
+    complete = all(None not in r.values() for rounds in per_size.values() for r in rounds)
+    return 0 if complete else 1
 
 
 if __name__ == "__main__":

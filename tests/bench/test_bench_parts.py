@@ -168,15 +168,17 @@ def test_process_memory_labels_a_parent_and_each_child_apart():
         child.wait()
 
 
-def test_compare_summary_gives_each_round_the_means_and_the_change():
-    lines = compare.summary_lines("8dc8dbe", {50: {"this": [0.066, 0.070], "ref": [0.130, 0.126]}})
-    assert lines == [
-        "N=50: this/reference per round 0.066/0.130, 0.070/0.126; "
-        "means 0.068 / 0.128 s per node: -47% against 8dc8dbe"
+def test_compare_summary_pairs_rounds_and_averages_only_complete_ones():
+    rounds = [
+        {"this": 0.066, "ref": 0.130},
+        {"this": None, "ref": 0.200},  # this side's run failed: the round does not count
+        {"this": 0.070, "ref": 0.126},
     ]
-    assert compare.summary_lines("x", {200: {"this": [0.06], "ref": []}}) == [
-        "N=200: this/reference per round none"
+    assert compare.summary_lines("8dc8dbe", {50: rounds}) == [
+        "N=50: this/reference per round 0.066/0.130, -/0.200, 0.070/0.126; "
+        "means over 2 rounds 0.068 / 0.128 s per node: -47% against 8dc8dbe"
     ]
+    assert compare.summary_lines("x", {200: []}) == ["N=200: this/reference per round none"]
 
 
 def test_idle_report_totals_fleetfish_processes_only():
@@ -194,3 +196,24 @@ def test_compare_run_that_writes_no_results_counts_as_none_not_an_old_result(tmp
     (out / "results.json").write_text(json.dumps({"results": [earlier]}))  # an earlier run's
     monkeypatch.setattr(compare.subprocess, "run", lambda *a, **k: None)  # the run wrote nothing
     assert compare.fleet_run(tmp_path, 50, 30.0, out) is None
+
+
+def test_compare_run_where_a_node_missed_its_iso_counts_as_none(tmp_path, monkeypatch):
+    out = tmp_path / "ref-n50-r1"
+
+    def partial_run(*args, **kwargs):
+        out.mkdir()
+        run = {"n": 50, "cdrom_boots": 49, "cpu_whole_run": {"cpu_seconds": {"api": 1.0}}}
+        (out / "results.json").write_text(json.dumps({"results": [run]}))
+
+    monkeypatch.setattr(compare.subprocess, "run", partial_run)
+    assert compare.fleet_run(tmp_path, 50, 30.0, out) is None
+
+
+def test_process_memory_of_a_process_alone_leaves_its_children_out():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert set(process_memory("bench", os.getpid(), children=False)) == {"bench"}
+    finally:
+        child.kill()
+        child.wait()
