@@ -27,11 +27,12 @@ def process_tree(pid: int) -> list[psutil.Process]:
         return []
 
 
-def process_memory(name: str, pid: int) -> dict[str, tuple[int, int]]:
+def process_memory(name: str, pid: int, children: bool = True) -> dict[str, tuple[int, int]]:
     """(RSS, PSS) in bytes of each process of a tree, labelled ``name`` for the root and
     ``name.1``, ``name.2``... for its children in PID order (gunicorn's or Celery's workers);
-    PSS is 0 where the OS lacks it, and a process gone meanwhile is left out."""
-    tree = process_tree(pid)
+    PSS is 0 where the OS lacks it, and a process gone meanwhile is left out. ``children``
+    False: the process alone (Redis, whose only children are the short forks of a save)."""
+    tree = process_tree(pid) if children else process_tree(pid)[:1]
     out: dict[str, tuple[int, int]] = {}
     for n, member in enumerate(tree[:1] + sorted(tree[1:], key=lambda p: p.pid)):
         try:

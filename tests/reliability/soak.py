@@ -232,11 +232,12 @@ class Soak:
         start = time.monotonic()
         while not self.stop.is_set():
             memory: dict = {"t": round(time.monotonic() - start), "rss": {}, "pss": {}}
-            pids = {name: proc.pid for name, proc in list(self.stack.procs.items())}
+            trees = [(name, proc.pid, True) for name, proc in list(self.stack.procs.items())]
             if self.stack.redis and self.stack.redis.proc:
-                pids["redis"] = self.stack.redis.proc.pid
-            for name, pid in pids.items():
-                for label, (rss, pss) in process_memory(name, pid).items():
+                # Alone: a save's fork would otherwise count as Redis growing.
+                trees.append(("redis", self.stack.redis.proc.pid, False))
+            for name, pid, children in trees:
+                for label, (rss, pss) in process_memory(name, pid, children).items():
                     memory["rss"][label] = round(rss / 2**20, 1)
                     memory["pss"][label] = round(pss / 2**20, 1)
             memory.update(self._redis_memory())

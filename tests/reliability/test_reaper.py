@@ -51,8 +51,20 @@ def test_a_stalled_media_is_found_among_many_systems_read_in_chunks(store):
     began = store.begin_insert(ids[-1], "Cd", "http://iso/late.iso")
     store.begin_insert(ids[0], "Cd", "http://iso/fresh.iso")
     store.r.hset(key_media(ids[-1]), "updated", str(time.time() - 100))
-    media = store.every_media("Cd", chunk=500)
-    assert len(media) == 1200 and media[ids[1]] == store.get_media(ids[1])
+    reads = []
+    pipeline = store.r.pipeline
+
+    def counted_pipeline(*args, **kwargs):
+        reads.append(1)
+        return pipeline(*args, **kwargs)
+
+    store.r.pipeline = counted_pipeline
+    try:
+        media = store.every_media("Cd", chunk=500)
+    finally:
+        store.r.pipeline = pipeline
+    assert len(reads) == 3  # 500 + 500 + 200 systems, one round trip each
+    assert media[ids[-1]]["image"] == "http://iso/late.iso" and media[ids[1]]["gen"] == "0"
     assert resend_stalled(store, lambda *a: None, stale_after=60) == [ids[-1]]
     assert store.get_media(ids[-1])["gen"] == str(began["gen"])
 
