@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bench.report import FLEET_PROCESSES
-from bench.sampler import cpu_seconds
+from bench.sampler import CpuAccount
 from lab.stack import LabConfig, LabStack
 
 
@@ -29,14 +29,14 @@ def idle_cpu(vms: int, settle: float, seconds: float, var_dir: Path) -> dict[str
         if stack.redis and stack.redis.proc:
             pids["redis"] = stack.redis.proc.pid
         time.sleep(settle)  # the first list, leases and worker start-up are not idle work
-        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        started = time.monotonic()
-        time.sleep(seconds)
-        wall = time.monotonic() - started
-        after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        account = CpuAccount(pids)
+        account.start()
+        time.sleep(seconds)  # the measurement itself: nothing is waited for
+        used = account.stop(digits=4)  # an idle process spends milliseconds
     finally:
         stack.stop()
-    return {name: 1000 * (after[name] - before[name]) * 60 / wall for name in pids}
+    per_minute = 60 / used["wall_seconds"]
+    return {name: 1000 * s * per_minute for name, s in used["cpu_seconds"].items()}
 
 
 def is_fleetfish(name: str) -> bool:

@@ -137,14 +137,16 @@ class CpuAccount:
         self._start = self._cpu()
         self._wall = time.monotonic()
 
-    def stop(self) -> dict:
-        """{"wall_seconds", "cpu_seconds": {name: s}}; a process gone meanwhile reads 0."""
+    def stop(self, digits: int = 2) -> dict:
+        """{"wall_seconds", "cpu_seconds": {name: s}}, rounded to ``digits``; a process gone
+        meanwhile reads 0."""
         wall = time.monotonic() - self._wall
         now = self._cpu()
         used = {
-            name: round(max(0.0, now.get(name, 0.0) - t0), 2) for name, t0 in self._start.items()
+            name: round(max(0.0, now.get(name, 0.0) - t0), digits)
+            for name, t0 in self._start.items()
         }
-        return {"wall_seconds": round(wall, 2), "cpu_seconds": used}
+        return {"wall_seconds": round(wall, digits), "cpu_seconds": used}
 
 
 class RequestCounter:

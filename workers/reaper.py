@@ -53,11 +53,21 @@ SendEject = Callable[[str, str, int, str], None]
 SendStartCheck = Callable[[str, str, str, float], None]
 
 
-def stale_media(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
+Snapshot = dict[str, dict[str, dict[str, str]]]  # device -> system id -> media
+
+
+def media_snapshot(store: Store) -> Snapshot:
+    """Every system's media, read once per sweep for both checks (one round trip per 500)."""
+    return {device: store.every_media(device) for device in DEVICES}
+
+
+def stale_media(
+    store: Store, now: float, stale_after: float, snapshot: Snapshot | None = None
+) -> list[tuple[str, str, dict]]:
     """(system, device, media) of pending media not updated for ``stale_after`` seconds."""
     found = []
-    for device in DEVICES:
-        for system_id, media in store.every_media(device).items():
+    for device, by_system in (snapshot or media_snapshot(store)).items():
+        for system_id, media in by_system.items():
             if media.get("state") not in PENDING_STATES or not media.get("gen"):
                 continue
             if now - float(media.get("updated") or 0) >= stale_after:
@@ -85,22 +95,26 @@ def _touch_and_send(
     return sent
 
 
-def resend_stalled(store: Store, send: SendChord, stale_after: float) -> list[str]:
+def resend_stalled(
+    store: Store, send: SendChord, stale_after: float, snapshot: Snapshot | None = None
+) -> list[str]:
     """Send the chord again for each stalled media; the system ids it was sent for."""
     return _touch_and_send(
         store,
-        stale_media(store, time.time(), stale_after),
+        stale_media(store, time.time(), stale_after, snapshot),
         "media work",
         lambda sid, dev, m: send(sid, dev, int(m["gen"]), m.get("image", ""), m.get("task", "")),
     )
 
 
-def stalled_ejects(store: Store, now: float, stale_after: float) -> list[tuple[str, str, dict]]:
+def stalled_ejects(
+    store: Store, now: float, stale_after: float, snapshot: Snapshot | None = None
+) -> list[tuple[str, str, dict]]:
     """(system, device, media) of ejects whose task has not ended ``stale_after`` seconds
     after it was recorded or last sent."""
     found = []
-    for device in DEVICES:
-        for system_id, media in store.every_media(device).items():
+    for device, by_system in (snapshot or media_snapshot(store)).items():
+        for system_id, media in by_system.items():
             # An eject's generation has no image; an insert's (pending or failed) has one.
             if media.get("image") or media.get("state") in PENDING_STATES or not media.get("task"):
                 continue
@@ -112,11 +126,13 @@ def stalled_ejects(store: Store, now: float, stale_after: float) -> list[tuple[s
     return found
 
 
-def resend_stalled_ejects(store: Store, send: SendEject, stale_after: float) -> list[str]:
+def resend_stalled_ejects(
+    store: Store, send: SendEject, stale_after: float, snapshot: Snapshot | None = None
+) -> list[str]:
     """Send ``media.eject`` again for each stalled eject; the system ids it was sent for."""
     return _touch_and_send(
         store,
-        stalled_ejects(store, time.time(), stale_after),
+        stalled_ejects(store, time.time(), stale_after, snapshot),
         "eject",
         lambda sid, dev, m: send(sid, dev, int(m["gen"]), m["task"]),
     )

@@ -161,10 +161,14 @@ class Watcher:
         vt = self.settings.visibility_timeout
         self._next_reap = time.monotonic() + vt
         try:
+            # Pending inserts and ejects are different media states: one read serves both.
+            media = reaper.media_snapshot(self.store)
             if self.send_chord is not None:
-                reaper.resend_stalled(self.store, self.send_chord, STALE_MEDIA_TIMEOUTS * vt)
+                reaper.resend_stalled(self.store, self.send_chord, STALE_MEDIA_TIMEOUTS * vt, media)
             if self.send_eject is not None:
-                reaper.resend_stalled_ejects(self.store, self.send_eject, STALE_MEDIA_TIMEOUTS * vt)
+                reaper.resend_stalled_ejects(
+                    self.store, self.send_eject, STALE_MEDIA_TIMEOUTS * vt, media
+                )
             if self.send_reset is not None:
                 reaper.resend_lost_resets(self.store, self.send_reset, STALE_RESET_TIMEOUTS * vt)
             if self.send_start_check is not None:
