@@ -9,6 +9,7 @@ from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
 from celery.result import AsyncResult
 
+from fleetfish import wire
 from fleetfish.celery_config import celery_config
 from fleetfish.settings import Settings
 
@@ -71,6 +72,17 @@ def send(signature: Signature, system_id: str, celery_id: str | None = None) -> 
     result = signature.apply_async(task_id=celery_id) if celery_id else signature.apply_async()
     log.info("sent %s system=%s celery_id=%s", _name(signature), system_id, result.id)
     return result
+
+
+def send_insert_media_chord(
+    app: Celery, system_id: str, device: str, gen: int, image: str, task_id: str, celery_id: str
+) -> None:
+    """Queue an InsertMedia's chord (``wire.send_insert_media_chord``), its release under
+    ``celery_id``; broker failures propagate and become a 503."""
+    import_id = wire.send_insert_media_chord(
+        app, system_id, device, gen, image, task_id, body_id=celery_id
+    )
+    log.info("sent celery.chord system=%s celery_id=%s import=%s", system_id, celery_id, import_id)
 
 
 def _name(signature: Signature) -> str:

@@ -198,13 +198,13 @@ def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject, SendStart
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from fleetfish.wire import eject_media, insert_media_chord, power_reset, power_verify
+    from fleetfish.wire import eject_media, power_reset, power_verify, send_insert_media_chord
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))
 
     def send_chord(system_id: str, device: str, gen: int, image: str, task_id: str) -> None:
-        insert_media_chord(app, system_id, device, gen, image, task_id).apply_async()
+        send_insert_media_chord(app, system_id, device, gen, image, task_id)
 
     def send_reset(system_id: str, action: str, task_id: str, celery_id: str) -> None:
         power_reset(app, system_id, action, task_id, celery_id).apply_async()

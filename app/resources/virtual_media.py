@@ -216,13 +216,19 @@ def start_insert(
     began = st.begin_insert(
         system_id, device, image, username=username, password=password, **options
     )
-    build = wire.legacy_media_chain if settings().legacy_sequential else wire.insert_media_chord
     gen, task_id = began["gen"], began["task"]
     events().inserted(system_id, device, redact(image), gen)
     try:
-        dispatch.send(
-            build(celery(), system_id, device, gen, image, task_id), system_id, began["celery_id"]
-        )
+        if settings().legacy_sequential:
+            dispatch.send(
+                wire.legacy_media_chain(celery(), system_id, device, gen, image, task_id),
+                system_id,
+                began["celery_id"],
+            )
+        else:
+            dispatch.send_insert_media_chord(
+                celery(), system_id, device, gen, image, task_id, began["celery_id"]
+            )
     except Exception:
         _abandon(system_id, device, gen, task_id)
         raise
