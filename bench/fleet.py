@@ -48,6 +48,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "instead of a separate watcher process",
     )
     p.add_argument(
+        "--worker-parent",
+        action="store_true",
+        help="fork the workers and the watcher from one parent that imported their code once "
+        "(python -m workers.host) instead of starting each on its own",
+    )
+    p.add_argument(
         "--api-workers", type=int, default=2, help="gunicorn processes of the fleetfish API"
     )
     p.add_argument(
@@ -89,6 +95,7 @@ def run_all(args: argparse.Namespace) -> list[dict]:
                     work,
                     args.max_wait,
                     watcher_in_workers=args.watcher_in_workers,
+                    worker_parent=args.worker_parent,
                     api_workers=args.api_workers,
                     service_cpus=args.service_cpus,
                 )

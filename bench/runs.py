@@ -85,6 +85,7 @@ def run_lab_mode(
     watcher_in_workers: bool = False,
     api_workers: int = 2,
     service_cpus: int = 0,
+    worker_parent: bool = False,
 ) -> dict:
     """fleetfish as shipped, or its documented legacy mode (one worker, no chord)."""
     sequential = mode == SEQUENTIAL
@@ -97,6 +98,7 @@ def run_lab_mode(
         flower=False,
         watcher_in_workers=watcher_in_workers,
         api_workers=api_workers,
+        worker_parent=worker_parent,
     )
     stack = LabStack(config)
     affinity = os.sched_getaffinity(0)

@@ -26,6 +26,7 @@ import requests
 from lab.pidfile import LabPidFile
 from lab.ports import ensure_free, free_port, listens, wait_for_port
 from lab.redis_embedded import EmbeddedRedis
+from workers.host import worker_argv
 
 log = logging.getLogger("fleetfish.lab")
 
@@ -93,6 +94,9 @@ class LabConfig:
     tls: bool = False  # serve the API over HTTPS with a generated self-signed certificate
     iso_tls: bool = False  # serve images over HTTPS with a CA of the lab's own (LAB_ISO_TLS)
     watcher_in_workers: bool = False  # the watcher role as a thread of each worker process
+    # the workers and the watcher forked from one parent that imported their code once
+    # (python -m workers.host): they share those pages
+    worker_parent: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -117,6 +121,7 @@ class LabConfig:
             tls=os.environ.get("LAB_TLS", "") in ("1", "true"),
             iso_tls=os.environ.get("LAB_ISO_TLS", "") in ("1", "true"),
             watcher_in_workers=os.environ.get("FLEETFISH_WORKER_WATCH", "") in ("1", "true"),
+            worker_parent=os.environ.get("LAB_WORKER_PARENT", "") in ("1", "true"),
         )
 
     @classmethod
@@ -135,25 +140,16 @@ class LabConfig:
 
 def worker_command(index: int, concurrency: int) -> list[str]:
     """A Celery worker of the fleet, named ``worker<index>@<host>``."""
-    return [
-        sys.executable,
-        "-m",
-        "celery",
-        "-A",
-        "workers.celery_app",
-        "worker",
-        "--pool",
-        "threads",
-        "--concurrency",
-        str(concurrency),
-        "-Q",
-        "fleetfish.media,fleetfish.power",
-        "-n",
-        f"worker{index}@%h",
-        "--loglevel",
-        "INFO",
-        "--without-mingle",
-    ]
+    return [sys.executable, "-m", "celery", "-A", "workers.celery_app"] + worker_argv(
+        index, concurrency
+    )
+
+
+def host_command(workers: int, concurrency: int, watcher: bool) -> list[str]:
+    """Every worker (and the watcher) forked from one parent: ``python -m workers.host``."""
+    command = [sys.executable, "-m", "workers.host", "--workers", str(workers)]
+    command += ["--concurrency", str(concurrency)]
+    return command + ([] if watcher else ["--no-watcher"])
 
 
 def api_command() -> list[str]:
@@ -415,10 +411,15 @@ class LabStack:
                 if cfg.iso_tls:
                     self._publish_iso_ca()
             self._await_port("isoserver", cfg.iso_port, deadline)
-            for i in range(cfg.workers):
-                self._spawn(f"worker{i}", self.worker_command(i))
-            if not cfg.watcher_in_workers:
-                self._spawn("watcher", watcher_command())
+            if cfg.worker_parent:
+                watcher = not cfg.watcher_in_workers
+                command = host_command(cfg.workers, cfg.worker_concurrency, watcher)
+                self._spawn("workers", command)
+            else:
+                for i in range(cfg.workers):
+                    self._spawn(f"worker{i}", self.worker_command(i))
+                if not cfg.watcher_in_workers:
+                    self._spawn("watcher", watcher_command())
             self._spawn("api", api_command())
             if cfg.flower:
                 self._spawn(

@@ -1,0 +1,229 @@
+"""``python -m workers.host``: one host's Celery workers and watcher, forked from one parent.
+
+Each worker-side process imports the same ~50 MiB of code (redis-py, Celery and kombu, the
+kubernetes client, the tasks) and, started on its own, keeps a private copy of it. Here the parent
+imports that code once and forks every process from it, so they share those pages, as gunicorn's
+preload does for the API. The parent restarts a process that dies, and on SIGTERM or SIGINT
+passes the signal on (a Celery warm shutdown: running tasks finish or are requeued) and exits
+when they are gone.
+
+Where each worker is a container or a pod of its own, nothing can be shared: run ``celery ...
+worker`` and ``python -m workers.watcher`` there (docker-compose.yml, k8s/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import os
+import signal
+import sys
+import time
+
+log = logging.getLogger("fleetfish.host")
+
+QUEUES = "fleetfish.media,fleetfish.power"
+# A process that dies this often is not helped by restarting it: the parent stops everything and
+# exits non-zero, so that what supervises it (systemd, a container runtime) sees the failure.
+RESTARTS_PER_WINDOW = 5
+RESTART_WINDOW_SECONDS = 60.0
+
+
+def worker_argv(index: int, concurrency: int, loglevel: str = "INFO") -> list[str]:
+    """The ``celery -A workers.celery_app`` arguments of worker ``index`` of a host."""
+    return [
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        str(concurrency),
+        "-Q",
+        QUEUES,
+        "-n",
+        f"worker{index}@%h",
+        "--loglevel",
+        loglevel,
+        "--without-mingle",
+    ]
+
+
+def preload() -> None:
+    """Import everything a worker or the watcher runs, then keep it out of the collector's
+    sight: a collection in a child would otherwise write to (and un-share) every inherited
+    object's page."""
+    from celery.apps import worker as _celery_worker  # noqa: F401
+    from celery.bin import celery as _celery_cli  # noqa: F401
+    from celery.concurrency import thread as _thread_pool  # noqa: F401
+    from kombu.transport import redis as _kombu_redis  # noqa: F401
+
+    import workers.consumer  # noqa: F401
+    import workers.watcher  # noqa: F401
+    from workers.celery_app import app
+
+    app.loader.import_default_modules()
+    gc.collect()
+    gc.freeze()
+
+
+class Host:
+    """The parent: forks each role, waits for children, restarts or stops them."""
+
+    def __init__(
+        self,
+        roles: dict[str, list[str] | None],
+        grace: float,
+        clock=time.monotonic,
+        run_child=None,
+    ):
+        # role name -> Celery worker argv, or None for the watcher
+        self.roles = roles
+        self.run_child = run_child or _run_child  # runs in the child and never returns
+        self.grace = grace
+        self.clock = clock
+        self.children: dict[int, str] = {}
+        self.deaths: dict[str, list[float]] = {name: [] for name in roles}
+        self.stopping = False
+        self.failed = False
+        self.exits: dict[str, int] = {}  # role -> exit status of its last process
+        self._previous_alarm = None
+
+    def spawn(self, name: str) -> int:
+        pid = os.fork()
+        if pid == 0:
+            self.run_child(name, self.roles[name])
+            os._exit(1)  # a runner that returned is a failure, not a second parent
+        self.children[pid] = name
+        log.info("started %s pid=%s", name, pid)
+        return pid
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        """Pass ``signum`` to every child; those still running after the grace are killed."""
+        first = not self.stopping
+        self.stopping = True
+        if first:
+            log.info("stopping %s (signal %s)", ", ".join(self.children.values()), signum)
+            self._previous_alarm = signal.signal(
+                signal.SIGALRM, lambda *_: self._signal_children(signal.SIGKILL)
+            )
+            signal.setitimer(signal.ITIMER_REAL, self.grace)
+        self._signal_children(signum)
+
+    def _signal_children(self, signum: int) -> None:
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def reaped(self, pid: int, status: int) -> None:
+        """A child exited: restart its role unless stopping or it keeps dying."""
+        name = self.children.pop(pid, None)
+        if name is None:
+            return
+        code = self.exits[name] = os.waitstatus_to_exitcode(status)
+        if self.stopping:
+            log.info("%s pid=%s exited (%s)", name, pid, code)
+            return
+        now = self.clock()
+        recent = [t for t in self.deaths[name] if now - t < RESTART_WINDOW_SECONDS] + [now]
+        self.deaths[name] = recent
+        if len(recent) > RESTARTS_PER_WINDOW:
+            log.error(
+                "%s died %d times within %.0f s (last exit %s): stopping this host's workers",
+                name,
+                len(recent),
+                RESTART_WINDOW_SECONDS,
+                code,
+            )
+            self.failed = True
+            self.stop()
+            return
+        log.warning("%s pid=%s exited (%s): starting it again", name, pid, code)
+        self.spawn(name)
+
+    def run(self) -> int:
+        for name in self.roles:
+            self.spawn(name)
+        return self.wait()
+
+    def wait(self) -> int:
+        """Reap children until none is left; 0, or 1 when a role kept dying."""
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            self.reaped(pid, status)
+        if self._previous_alarm is not None:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._previous_alarm)
+        return 1 if self.failed else 0
+
+
+def _run_child(name: str, argv: list[str] | None) -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
+        signal.signal(signum, signal.SIG_DFL)
+    code = 1
+    try:
+        if argv is None:
+            from workers.watcher import main as watcher_main
+
+            code = watcher_main([])
+        else:
+            from workers.celery_app import app
+
+            app.worker_main(argv)
+            code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        logging.getLogger("fleetfish.host").exception("%s failed", name)
+    finally:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the parent's cleanup (atexit, open files) is not this process's
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.host", description=__doc__)
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    parser.add_argument("--concurrency", type=int, default=16, help="threads per worker")
+    parser.add_argument(
+        "--no-watcher",
+        action="store_true",
+        help="no watcher process (FLEETFISH_WORKER_WATCH=1, or a watcher elsewhere)",
+    )
+    parser.add_argument(
+        "--grace", type=float, default=30.0, help="seconds a stop waits before killing"
+    )
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.concurrency < 1:
+        parser.error("--workers and --concurrency must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from fleetfish.settings import Settings
+
+    level = Settings.from_env().log_level
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    preload()
+    roles: dict[str, list[str] | None] = {
+        f"worker{i}": worker_argv(i, args.concurrency, level) for i in range(args.workers)
+    }
+    if not args.no_watcher:
+        roles["watcher"] = None
+    host = Host(roles, args.grace)
+    signal.signal(signal.SIGTERM, lambda signum, _frame: host.stop(signum))
+    signal.signal(signal.SIGINT, lambda signum, _frame: host.stop(signum))
+    log.info("host parent pid=%s: %s", os.getpid(), ", ".join(roles))
+    return host.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
