@@ -175,6 +175,9 @@ def run_lab_mode(
     result.update(
         {
             "provision_calls_seconds": round(provisioned - started, 3),
+            # How the worker side ran: the memory figures depend on it.
+            "worker_parent": worker_parent,
+            "watcher_in_workers": watcher_in_workers,
             "peak_rss": rss.as_dict(),
             "requests": cost,
             "redis_ops": ops,

@@ -48,20 +48,44 @@ def worker_argv(index: int, concurrency: int, loglevel: str = "INFO") -> list[st
     ]
 
 
+# What a worker or the watcher would otherwise import only once running (found with
+# PYTHONPROFILEIMPORTTIME=1 in the children's log), each child for itself.
+_PRELOADED = (
+    "billiard.pool",
+    "celery.app.routes",
+    "celery.apps.worker",
+    "celery.backends.asynchronous",
+    "celery.backends.redis",
+    "celery.bin.celery",
+    "celery.concurrency.thread",
+    "kombu.matcher",
+    "kombu.pidbox",
+    "kombu.transport.redis",
+    "netrc",
+    "pydantic._internal._validate_call",
+    "workers.consumer",
+    "workers.reaper",
+    "workers.wake_sweeper",
+    "workers.watcher",
+)
+
+
 def preload() -> None:
     """Import everything a worker or the watcher runs, then keep it out of the collector's
     sight: a collection in a child would otherwise write to (and un-share) every inherited
     object's page."""
-    from celery.apps import worker as _celery_worker  # noqa: F401
-    from celery.bin import celery as _celery_cli  # noqa: F401
-    from celery.concurrency import thread as _thread_pool  # noqa: F401
-    from kombu.transport import redis as _kombu_redis  # noqa: F401
+    import importlib
 
-    import workers.consumer  # noqa: F401
-    import workers.watcher  # noqa: F401
+    from kubernetes import client
+
     from workers.celery_app import app
 
+    for name in _PRELOADED:
+        importlib.import_module(name)
     app.loader.import_default_modules()
+    # The kubernetes client imports an API's module, and with it the models it returns, on first
+    # use of its name: name the two the workers and the watcher use.
+    client.CoreV1Api, client.CustomObjectsApi  # noqa: B018
     gc.collect()
     gc.freeze()
 
@@ -186,6 +210,17 @@ def _run_child(name: str, argv: list[str] | None) -> None:
         os._exit(code)  # the parent's cleanup (atexit, open files) is not this process's
 
 
+def host_roles(args: argparse.Namespace, conf) -> dict[str, list[str] | None]:
+    """Role name -> Celery worker argv, or None for the watcher process."""
+    roles: dict[str, list[str] | None] = {
+        f"worker{i}": worker_argv(i, args.concurrency, conf.log_level) for i in range(args.workers)
+    }
+    # Workers that run the watcher as a thread (FLEETFISH_WORKER_WATCH=1) need no process of it.
+    if not (args.no_watcher or conf.worker_watch):
+        roles["watcher"] = None
+    return roles
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m workers.host", description=__doc__)
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes")
@@ -193,7 +228,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-watcher",
         action="store_true",
-        help="no watcher process (FLEETFISH_WORKER_WATCH=1, or a watcher elsewhere)",
+        help="no watcher process (a watcher runs elsewhere); none either when the workers run "
+        "it as a thread (FLEETFISH_WORKER_WATCH=1)",
     )
     parser.add_argument(
         "--grace", type=float, default=30.0, help="seconds a stop waits before killing"
@@ -208,16 +244,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from fleetfish.settings import Settings
 
-    level = Settings.from_env().log_level
+    conf = Settings.from_env()
+    level = conf.log_level
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
     preload()
-    roles: dict[str, list[str] | None] = {
-        f"worker{i}": worker_argv(i, args.concurrency, level) for i in range(args.workers)
-    }
-    if not args.no_watcher:
-        roles["watcher"] = None
+    roles = host_roles(args, conf)
     host = Host(roles, args.grace)
     signal.signal(signal.SIGTERM, lambda signum, _frame: host.stop(signum))
     signal.signal(signal.SIGINT, lambda signum, _frame: host.stop(signum))

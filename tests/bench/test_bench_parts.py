@@ -217,3 +217,38 @@ def test_process_memory_of_a_process_alone_leaves_its_children_out():
     finally:
         child.kill()
         child.wait()
+
+
+def _fleet_result(n: int, makespan: float, pss: float, parent: bool) -> dict:
+    """One fleetfish run as bench.runs records it, with only what the verdicts read."""
+    gap = {"p99": 0.3}
+    return {
+        "mode": "fleetfish",
+        "n": n,
+        "workers": 2,
+        "import_seconds": 30.0,
+        "cdrom_boots": n,
+        "makespan_seconds": makespan,
+        "latency": {"insert": {"p99": 0.2}, "reset": {"p99": 0.2}, "media_to_power_on": gap},
+        "worker_parent": parent,
+        "watcher_in_workers": parent,
+        "peak_rss": {"peak_total_mib": 2 * pss, "peak_pss_total_mib": pss},
+    }
+
+
+def test_the_pss_and_makespan_targets_of_the_cost_issue_are_judged():
+    from bench.report import verdicts
+
+    def judged(results):
+        return {t: (v, d) for t, v, d in verdicts(results)}
+
+    over = judged([_fleet_result(200, 38.3, 259.2, False)])
+    pss = over["PSS sum of API+workers+watcher <= 250 MiB at N=200"]
+    assert pss[0] == "FAIL" and "259.2 MiB PSS" in pss[1] and "on its own" in pss[1]
+    assert over["makespan N=200, 2 workers <= 1.25 T"] == ("FAIL", "38.3 s = 1.28 T")
+
+    under = judged([_fleet_result(200, 37.0, 240.0, True), _fleet_result(500, 51.0, 300, True)])
+    pss = under["PSS sum of API+workers+watcher <= 250 MiB at N=200"]
+    assert pss[0] == "PASS" and "forked from one parent, the watcher in the workers" in pss[1]
+    assert under["makespan N=200, 2 workers <= 1.25 T"][0] == "PASS"
+    assert under["makespan N=500, 2 workers <= 1.3 T"] == ("FAIL", "51.0 s = 1.70 T")

@@ -60,3 +60,26 @@ def test_a_stop_reaches_every_child_and_the_host_ends_cleanly():
         os.close(write_end)
         for pid in list(host.children):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_the_watcher_process_runs_unless_the_workers_run_it_or_it_is_elsewhere():
+    from fleetfish.settings import Settings
+    from workers.host import host_roles, parse_args
+
+    plain = Settings(redis_url="redis://127.0.0.1:1/0")
+    watching = Settings(redis_url="redis://127.0.0.1:1/0", worker_watch=True)
+    assert list(host_roles(parse_args(["--workers", "3"]), plain)) == [
+        "worker0",
+        "worker1",
+        "worker2",
+        "watcher",
+    ]
+    assert list(host_roles(parse_args([]), watching)) == ["worker0", "worker1"]
+    assert list(host_roles(parse_args(["--no-watcher"]), plain)) == ["worker0", "worker1"]
+    assert host_roles(parse_args(["--concurrency", "4"]), plain)["worker1"][:5] == [
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "4",
+    ]
