@@ -76,16 +76,13 @@ def preload() -> None:
     object's page."""
     import importlib
 
-    from kubernetes import client
-
     from workers.celery_app import app
+    from workers.kubevirt import import_client_modules
 
     for name in _PRELOADED:
         importlib.import_module(name)
     app.loader.import_default_modules()
-    # The kubernetes client imports an API's module, and with it the models it returns, on first
-    # use of its name: name the two the workers and the watcher use.
-    client.CoreV1Api, client.CustomObjectsApi  # noqa: B018
+    import_client_modules()
     gc.collect()
     gc.freeze()
 

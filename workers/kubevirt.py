@@ -138,6 +138,13 @@ def _found(what: str, call: Callable[[], Any]) -> bool:
         return False
 
 
+def import_client_modules() -> None:
+    """Import what the kubernetes client imports only on first use of an API's name (its module
+    and the models it returns), for the two APIs used here: a parent that forks the workers
+    (workers/host.py) then shares them instead of each child importing its own."""
+    client.CoreV1Api, client.CustomObjectsApi  # noqa: B018
+
+
 def load_api_client(settings: Settings, pool_size: int = 32) -> client.ApiClient:
     """ApiClient from ``settings.kubeconfig``, else in-cluster, else ``~/.kube/config``."""
     configuration = client.Configuration()
