@@ -1,7 +1,7 @@
 """``python -m workers.host``: one host's Celery workers and watcher, forked from one parent.
 
-Each worker-side process imports the same ~50 MiB of code (redis-py, Celery and kombu, the
-kubernetes client, the tasks) and, started on its own, keeps a private copy of it. Here the parent
+Each worker-side process imports the same code (redis-py, Celery and kombu, the kubernetes
+client and its models, the tasks) and, started on its own, keeps a private copy of it. Here the parent
 imports that code once and forks every process from it, so they share those pages, as gunicorn's
 preload does for the API. The parent restarts a process that dies, and on SIGTERM or SIGINT
 passes the signal on (a Celery warm shutdown: running tasks finish or are requeued) and exits
@@ -116,6 +116,8 @@ class Host:
             os._exit(1)  # a runner that returned is a failure, not a second parent
         self.children[pid] = name
         log.info("started %s pid=%s", name, pid)
+        if self.stopping:  # a stop came while this child was being forked: it missed the signal
+            os.kill(pid, signal.SIGTERM)
         return pid
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
