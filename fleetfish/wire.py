@@ -47,7 +47,7 @@ def send_insert_media_chord(
     single task (``python -m bench.api_memory``). Here the same message is built as plain data:
     the import carries the attach as its chain, and the attach carries the chord's body (with
     the errback) and its group. ``body_id``: the release's Celery id, chosen by the Store.
-    tests/unit/test_wire.py holds this message equal to the canvas's, so a Celery upgrade that
+    tests/unit/test_wire_messages.py holds this message equal to the canvas's, so a Celery upgrade that
     changes the chord's message fails there, not in production.
     """
     group_id, attach_id, import_id = uuid(), uuid(), uuid()
