@@ -21,9 +21,11 @@ import signal
 import sys
 import time
 
+from fleetfish.celery_config import MEDIA_QUEUE, POWER_QUEUE
+
 log = logging.getLogger("fleetfish.host")
 
-QUEUES = "fleetfish.media,fleetfish.power"
+QUEUES = ",".join((MEDIA_QUEUE, POWER_QUEUE))
 # A process that dies this often is not helped by restarting it: the parent stops everything and
 # exits non-zero, so that what supervises it (systemd, a container runtime) sees the failure.
 RESTARTS_PER_WINDOW = 5
@@ -107,21 +109,37 @@ class Host:
         self.stopping = False
         self.failed = False
         self.exits: dict[str, int] = {}  # role -> exit status of its last process
+        self._pid = os.getpid()
         self._previous_alarm = None
 
-    def spawn(self, name: str) -> int:
-        pid = os.fork()
-        if pid == 0:
-            self.run_child(name, self.roles[name])
-            os._exit(1)  # a runner that returned is a failure, not a second parent
-        self.children[pid] = name
+    def spawn(self, name: str) -> int | None:
+        """Fork ``name``'s process; None when a stop has begun. Stop signals wait while the
+        child is forked and recorded, so the stop that follows reaches it."""
+        stopping_signals = {signal.SIGTERM, signal.SIGINT, signal.SIGALRM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stopping_signals)
+        try:
+            if self.stopping:
+                return None
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    for signum in stopping_signals:
+                        signal.signal(signum, signal.SIG_DFL)
+                    signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping_signals)
+                    self.run_child(name, self.roles[name])
+                finally:
+                    os._exit(1)  # a runner that returned or raised must not become a parent
+            self.children[pid] = name
+        finally:
+            if os.getpid() == self._pid:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping_signals)
         log.info("started %s pid=%s", name, pid)
-        if self.stopping:  # a stop came while this child was being forked: it missed the signal
-            os.kill(pid, signal.SIGTERM)
         return pid
 
     def stop(self, signum: int = signal.SIGTERM) -> None:
-        """Pass ``signum`` to every child; those still running after the grace are killed."""
+        """Send every child SIGTERM (Celery's warm shutdown) whichever signal stopped the
+        parent: a second SIGINT, after the one a terminal's Ctrl-C already gave the children,
+        would be Celery's cold shutdown. Those still running after the grace are killed."""
         first = not self.stopping
         self.stopping = True
         if first:
@@ -130,7 +148,7 @@ class Host:
                 signal.SIGALRM, lambda *_: self._signal_children(signal.SIGKILL)
             )
             signal.setitimer(signal.ITIMER_REAL, self.grace)
-        self._signal_children(signum)
+        self._signal_children(signal.SIGTERM)
 
     def _signal_children(self, signum: int) -> None:
         for pid in list(self.children):
@@ -185,8 +203,6 @@ class Host:
 
 
 def _run_child(name: str, argv: list[str] | None) -> None:
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGALRM):
-        signal.signal(signum, signal.SIG_DFL)
     code = 1
     try:
         if argv is None:
@@ -196,8 +212,8 @@ def _run_child(name: str, argv: list[str] | None) -> None:
         else:
             from workers.celery_app import app
 
-            app.worker_main(argv)
-            code = 0
+            # app.start, not app.worker_main: it returns the worker's exit status.
+            code = app.start(argv) or 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:

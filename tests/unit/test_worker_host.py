@@ -83,3 +83,58 @@ def test_the_watcher_process_runs_unless_the_workers_run_it_or_it_is_elsewhere()
         "--concurrency",
         "4",
     ]
+
+
+def _until_terminated(write_end: int):
+    """A child that reports itself ready, exits 0 on SIGTERM and 2 on SIGINT."""
+
+    def run(name, argv):
+        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+        signal.signal(signal.SIGINT, lambda *_: os._exit(2))
+        os.write(write_end, b"+")
+        while True:
+            signal.pause()
+
+    return run
+
+
+def _await_ready(read_end: int, count: int) -> None:
+    started = b""
+    while len(started) < count:
+        readable, _, _ = select.select([read_end], [], [], 10)
+        assert readable, "the children did not start"
+        started += os.read(read_end, count)
+
+
+def test_an_interrupt_reaches_the_children_as_a_warm_stop():
+    read_end, write_end = os.pipe()
+    host = Host({"worker0": []}, grace=5, run_child=_until_terminated(write_end))
+    try:
+        host.spawn("worker0")
+        _await_ready(read_end, 1)
+        host.stop(signal.SIGINT)  # Ctrl-C: Celery takes a second SIGINT as a cold shutdown
+        assert host.wait() == 0
+        assert host.exits == {"worker0": 0}
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        for pid in list(host.children):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_no_process_starts_once_a_stop_has_begun():
+    host = Host({"worker0": []}, grace=5, run_child=lambda name, argv: os._exit(0))
+    host.stopping = True
+    assert host.spawn("worker0") is None
+    assert host.children == {}
+
+
+def test_a_runner_that_raises_ends_its_child_instead_of_running_the_parent_loop():
+    def raises(name, argv):
+        raise RuntimeError("broken runner")
+
+    host = Host({"worker0": []}, grace=5, run_child=raises)
+    pid = host.spawn("worker0")
+    _, status = os.waitpid(pid, 0)
+    host.children.clear()
+    assert os.waitstatus_to_exitcode(status) == 1
