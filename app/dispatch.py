@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import redis
 from celery import Celery
 from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
@@ -75,14 +76,30 @@ def send(signature: Signature, system_id: str, celery_id: str | None = None) -> 
 
 
 def send_insert_media_chord(
-    app: Celery, system_id: str, device: str, gen: int, image: str, task_id: str, celery_id: str
+    app: Celery,
+    pipe: redis.client.Pipeline,
+    system_id: str,
+    device: str,
+    gen: int,
+    image: str,
+    task_id: str,
+    celery_id: str,
 ) -> None:
-    """Queue an InsertMedia's chord (``wire.send_insert_media_chord``), its release under
-    ``celery_id``; broker failures propagate and become a 503."""
-    import_id = wire.send_insert_media_chord(
+    """Queue an InsertMedia's chord (``wire.insert_media_chord_message``), its release under
+    ``celery_id``, by running ``pipe`` (the Store's: the broker is the same Redis) with the
+    chord's writes after what the caller queued on it; Redis failures propagate and become a
+    503."""
+    publication = wire.insert_media_chord_message(
         app, system_id, device, gen, image, task_id, body_id=celery_id
     )
-    log.info("sent celery.chord system=%s celery_id=%s import=%s", system_id, celery_id, import_id)
+    publication.write(pipe)
+    pipe.execute()
+    log.info(
+        "sent celery.chord system=%s celery_id=%s import=%s",
+        system_id,
+        celery_id,
+        publication.task_id,
+    )
 
 
 def _name(signature: Signature) -> str:

@@ -80,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         "--profile", metavar="CALL", help="cProfile one kind of call, e.g. InsertMedia"
     )
     parser.add_argument("--sort", default="cumulative", help="pstats order for --profile")
+    parser.add_argument(
+        "--callees", metavar="REGEX", help="with --profile: what the matching functions call"
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="ff-api-memory-"))
@@ -195,7 +198,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name:<12} {per_ms:5.2f} ms {verdict:<4}  {client_ms:5.2f} ms")
         if profiler is not None:
             print(f"profile of {args.profile} (CPU figures above include the profiler):")
-            pstats.Stats(profiler).sort_stats(args.sort).print_stats(40)
+            stats = pstats.Stats(profiler).sort_stats(args.sort)
+            stats.print_stats(40)
+            if args.callees:
+                stats.print_callees(args.callees)
         if args.trace:
             gc.collect()
             for stat in tracemalloc.take_snapshot().compare_to(before, "traceback")[:5]:

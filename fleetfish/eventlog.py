@@ -77,8 +77,14 @@ class EventLog:
         message_id: str = "",
         mark: tuple[str, str] | None = None,
         meta: dict[str, Any] | None = None,
+        pipe: redis.client.Pipeline | None = None,
     ) -> int:
-        """Append one entry; with ``mark`` (field, value) only if that mark changed."""
+        """Append one entry; with ``mark`` (field, value) only if that mark changed.
+
+        With ``pipe`` the append is one more command of that pipeline (0 is returned; the
+        entry's id comes with the pipeline's replies): the API writes an InsertMedia's entry
+        in the round trip that queues its work.
+        """
         entry = {
             "created": round(time.time(), 3),
             "severity": severity,
@@ -90,7 +96,13 @@ class EventLog:
         args += [mark[0], mark[1]] if mark else ["", ""]
         for name, value in (meta or {}).items():
             args += [name, str(value)]
-        return int(self._append(keys=[key_log(system_id), key_log_meta(system_id)], args=args))
+        keys = [key_log(system_id), key_log_meta(system_id)]
+        if pipe is not None:
+            # EVAL, not EVALSHA: a pipeline cannot reload a script Redis lost (a restart)
+            # without another round trip; Redis caches the script by its text.
+            pipe.eval(_APPEND, len(keys), *keys, *args)
+            return 0
+        return int(self._append(keys=keys, args=args))
 
     def entries(self, system_id: str, limit: int | None = None) -> list[dict]:
         """Newest first, at most ``limit``."""
@@ -107,12 +119,20 @@ class EventLog:
 
     # -- the events of a node's life -----------------------------------------------------------
 
-    def inserted(self, system_id: str, device: str, image: str, gen: int) -> None:
+    def inserted(
+        self,
+        system_id: str,
+        device: str,
+        image: str,
+        gen: int,
+        pipe: redis.client.Pipeline | None = None,
+    ) -> None:
         self.add(
             system_id,
             INSERTED,
             f"Virtual media {device} inserted: {image}",
             mark=(f"insert:{device}", str(gen)),
+            pipe=pipe,
         )
 
     def import_progress(self, system_id: str, device: str, gen: int, name: str, pct: float) -> None:

@@ -167,7 +167,12 @@ def key_log_meta(system_id: str) -> str:
 
 
 # Hashes read together with a system's mirror document (``Store.systems_with``).
-SYSTEM_HASHES = {"power": key_power, "boot": key_boot, "media": key_media}
+SYSTEM_HASHES = {
+    "power": key_power,
+    "boot": key_boot,
+    "media": key_media,
+    "media_credentials": key_media_cred,
+}
 KEY_SYSTEMS = f"{PREFIX}systems"
 KEY_MIRROR = f"{PREFIX}mirror"
 KEY_TASKS = f"{PREFIX}tasks"
@@ -573,7 +578,8 @@ class Store:
 
     def systems_with(self, system_ids: list[str], *extra: str) -> list[tuple]:
         """Per system: its mirror document (None when gone) followed by the named hashes
-        (``SYSTEM_HASHES``: "power", "boot", "media" of Cd), all in one pipelined round trip."""
+        (``SYSTEM_HASHES``: "power", "boot", "media" and "media_credentials" of Cd), all in one
+        pipelined round trip."""
         pipe = self.r.pipeline(transaction=False)
         for system_id in system_ids:
             pipe.get(key_system(system_id))

@@ -8,7 +8,19 @@ what messages in Redis carry: they never change (tests/unit/test_layout.py).
 
 from __future__ import annotations
 
+import base64
+import json
+from dataclasses import dataclass, replace
+
+import redis
 from celery import Celery, chain, chord, uuid
+from celery.utils.nodenames import anon_nodename
+from celery.utils.saferepr import saferepr
+
+# Celery's limit on a message's argsrepr/kwargsrepr (celery.app.amqp.AMQP.argsrepr_maxsize).
+_REPR_MAXSIZE = 1024
+# Task name -> queue, per Celery app (task_routes are fixed once the app is configured).
+_QUEUES: dict[int, dict[str, str]] = {}
 
 
 def insert_media_chord(
@@ -30,7 +42,95 @@ def insert_media_chord(
     return chord([header], body).on_error(errback)
 
 
-def send_insert_media_chord(
+@dataclass(frozen=True)
+class Publication:
+    """What sending one message writes to Redis: the message on its queue's list (as kombu's
+    Redis transport LPUSHes it) and, for a chord, the key holding the chord's size."""
+
+    task_id: str
+    queue: str
+    message: str
+    chord_size_key: str = ""
+    chord_ttl: int | None = None
+
+    def write(self, pipe: redis.client.Pipeline) -> None:
+        """Queue the writes on ``pipe`` (the size key first: the body counts against it)."""
+        if self.chord_size_key:
+            pipe.set(self.chord_size_key, 1, ex=self.chord_ttl)
+        pipe.lpush(self.queue, self.message)
+
+
+def publish(client: redis.Redis, *publications: Publication) -> None:
+    """Write ``publications`` in one round trip; errors propagate (the API answers 503)."""
+    pipe = client.pipeline(transaction=False)
+    for publication in publications:
+        publication.write(pipe)
+    pipe.execute()
+
+
+def task_message(
+    app: Celery,
+    name: str,
+    args: tuple,
+    kwargs: dict | None = None,
+    *,
+    task_id: str | None = None,
+    chain: list[dict] | None = None,
+) -> Publication:
+    """``app.send_task(name, args, kwargs, task_id=..., chain=...)``'s message, as data.
+
+    Celery's send_task and kombu's publish cost about 0.3 ms of CPU per message, several
+    times what building it costs (``python -m bench.api_memory``); the API's calls publish this
+    way in the pipeline of their other Redis writes. tests/unit/test_wire_messages.py holds the
+    message equal to send_task's, so a Celery or kombu upgrade that changes it fails there.
+    """
+    task_id = task_id or uuid()
+    kwargs = kwargs or {}
+    args = tuple(args)
+    reply_to = app.thread_oid
+    headers = {
+        "lang": "py",
+        "task": name,
+        "id": task_id,
+        "shadow": None,
+        "eta": None,
+        "expires": None,
+        "group": None,
+        "group_index": None,
+        "retries": 0,
+        "timelimit": [None, None],
+        "root_id": task_id,
+        "parent_id": None,
+        "argsrepr": saferepr(args, _REPR_MAXSIZE, maxlevels=app.conf.task_repr_maxlevels),
+        "kwargsrepr": saferepr(kwargs, _REPR_MAXSIZE, maxlevels=app.conf.task_repr_maxlevels),
+        "origin": anon_nodename(),
+        "ignore_result": None,
+        "replaced_task_nesting": 0,
+        "stamped_headers": None,
+        "stamps": {},
+    }
+    embed = {"callbacks": None, "errbacks": None, "chain": chain, "chord": None}
+    body = json.dumps([list(args), kwargs, embed])
+    queue = _queue_of(app, name)
+    message = {
+        "body": base64.b64encode(body.encode()).decode(),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": headers,
+        "properties": {
+            "correlation_id": task_id,
+            "reply_to": reply_to,
+            "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "priority": 0,
+            "body_encoding": "base64",
+            "delivery_tag": uuid(),
+        },
+    }
+    return Publication(task_id, queue, json.dumps(message))
+
+
+def insert_media_chord_message(
     app: Celery,
     system_id: str,
     device: str,
@@ -38,19 +138,16 @@ def send_insert_media_chord(
     image: str,
     task_id: str,
     body_id: str | None = None,
-) -> str:
-    """Send ``insert_media_chord`` as the one message its ``apply_async`` publishes; the import's
-    Celery id.
+) -> Publication:
+    """``insert_media_chord``'s ``apply_async``, as data: its one message and its size key.
 
-    Celery's canvas clones and deep-copies every signature of the chord to produce that message
-    and the chord's size key: about 1 ms of the API's CPU per InsertMedia against 0.3 ms for a
-    single task (``python -m bench.api_memory``). Here the same message is built as plain data:
-    the import carries the attach as its chain, and the attach carries the chord's body (with
-    the errback) and its group. ``body_id``: the release's Celery id, chosen by the Store.
-    tests/unit/test_wire_messages.py holds this message equal to the canvas's, so a Celery upgrade that
-    changes the chord's message fails there, not in production.
+    Celery's canvas clones and deep-copies every signature of the chord to produce them (about
+    1 ms of the API's CPU per InsertMedia). The import carries the attach as its chain, and
+    the attach carries the chord's body (with the errback) and its group. ``body_id``: the
+    release's Celery id, chosen by the Store. tests/unit/test_wire_messages.py holds both equal
+    to the canvas's.
     """
-    group_id, attach_id, import_id = uuid(), uuid(), uuid()
+    group_id, attach_id = uuid(), uuid()
     reply_to = app.thread_oid
     errback = _signature_data("media.failed", (system_id, device, gen, task_id), {})
     body = _signature_data(
@@ -74,17 +171,25 @@ def send_insert_media_chord(
             "group_index": 0,
         },
     )
-    # The chord's body runs when as many members reported as this size says: one, the attach.
-    app.backend.set_chord_size(group_id, 1)
-    app.send_task(
-        "media.import",
-        args=(system_id, device, gen, image, task_id),
-        task_id=import_id,
-        root_id=import_id,
-        reply_to=reply_to,
-        chain=[attach],
+    message = task_message(
+        app, "media.import", (system_id, device, gen, image, task_id), chain=[attach]
     )
-    return import_id
+    # The chord's body runs when as many members reported as this size says: one, the attach.
+    # (Celery also deletes the group's counter key first; a new group id has none.)
+    backend = app.backend
+    return replace(
+        message,
+        chord_size_key=backend.get_key_for_group(group_id, ".s"),
+        chord_ttl=backend.chord_expires or None,
+    )
+
+
+def _queue_of(app: Celery, name: str) -> str:
+    """The queue Celery's router picks for task ``name`` (task_routes), looked up once."""
+    cache = _QUEUES.setdefault(id(app), {})
+    if name not in cache:
+        cache[name] = app.amqp.router.route({}, name)["queue"].name
+    return cache[name]
 
 
 def _signature_data(name: str, args: tuple, options: dict) -> dict:

@@ -32,8 +32,9 @@ RESTARTS_PER_WINDOW = 5
 RESTART_WINDOW_SECONDS = 60.0
 
 
-def worker_argv(index: int, concurrency: int, loglevel: str = "INFO") -> list[str]:
-    """The ``celery -A workers.celery_app`` arguments of worker ``index`` of a host."""
+def worker_argv(index: int, concurrency: int, loglevel: str = "INFO", name: str = "") -> list[str]:
+    """The ``celery -A workers.celery_app`` arguments of worker ``index`` of a host (node
+    ``worker<index>@host``, or ``<name>@host``)."""
     return [
         "worker",
         "--pool",
@@ -43,7 +44,7 @@ def worker_argv(index: int, concurrency: int, loglevel: str = "INFO") -> list[st
         "-Q",
         QUEUES,
         "-n",
-        f"worker{index}@%h",
+        f"{name or f'worker{index}'}@%h",
         "--loglevel",
         loglevel,
         "--without-mingle",

@@ -195,16 +195,24 @@ def resend_lost_start_checks(store: Store, send: SendStartCheck, stale_after: fl
 
 def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject, SendStartCheck]:
     """The senders over one client-only Celery app (the watcher imports no task bodies)."""
+    import redis
     from celery import Celery
 
     from fleetfish.celery_config import celery_config
-    from fleetfish.wire import eject_media, power_reset, power_verify, send_insert_media_chord
+    from fleetfish.wire import (
+        eject_media,
+        insert_media_chord_message,
+        power_reset,
+        power_verify,
+        publish,
+    )
 
     app = Celery("fleetfish-reaper")
     app.conf.update(celery_config(settings))
+    broker = redis.Redis.from_url(settings.redis_url)
 
     def send_chord(system_id: str, device: str, gen: int, image: str, task_id: str) -> None:
-        send_insert_media_chord(app, system_id, device, gen, image, task_id)
+        publish(broker, insert_media_chord_message(app, system_id, device, gen, image, task_id))
 
     def send_reset(system_id: str, action: str, task_id: str, celery_id: str) -> None:
         power_reset(app, system_id, action, task_id, celery_id).apply_async()

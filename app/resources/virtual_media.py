@@ -174,7 +174,8 @@ def check_image(image: str) -> ImageURL:
 
 @bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{INSERT}")
 def insert_media(system_id: str, device: str):
-    visible_system(system_id)
+    # The system, its medium and the medium's credentials in one round trip.
+    _, media, credentials = visible_system_with(system_id, "media", "media_credentials")
     device = _device(device)
     params = action_params(INSERT, json_body(), INSERT_PARAMS)
     checked = check_image(params["Image"])
@@ -193,17 +194,25 @@ def insert_media(system_id: str, device: str):
         inserted=params.get("Inserted", True),
         transfer_protocol=params.get("TransferProtocolType", ""),
         transfer_method=params.get("TransferMethod", ""),
+        known=(media, credentials),
     )
     return accepted(task["id"], task) if task else no_content()
 
 
 def start_insert(
-    system_id: str, device: str, image: str, username: str = "", password: str = "", **options
+    system_id: str,
+    device: str,
+    image: str,
+    username: str = "",
+    password: str = "",
+    known: tuple[dict[str, str], dict[str, str]] | None = None,
+    **options,
 ) -> dict[str, str] | None:
     """Record an insert and send its chord; the task's fields, or None when that very image
-    is already attached (nothing to do). Also the medium of a UEFI HTTP boot (systems.py)."""
+    is already attached (nothing to do). Also the medium of a UEFI HTTP boot (systems.py).
+    ``known``: the medium and its credentials when the caller read them already."""
     st = store()
-    current, credentials = st.media_and_credentials(system_id, device)
+    current, credentials = known or st.media_and_credentials(system_id, device)
     same_credentials = _same_credentials(
         credentials, {"username": username, "password": password} if username or password else {}
     )
@@ -217,9 +226,12 @@ def start_insert(
         system_id, device, image, username=username, password=password, **options
     )
     gen, task_id = began["gen"], began["task"]
-    events().inserted(system_id, device, redact(image), gen)
+    # The event and the media work go to Redis in one round trip, the event first.
+    pipe = st.r.pipeline(transaction=False)
+    events().inserted(system_id, device, redact(image), gen, pipe=pipe)
     try:
         if settings().legacy_sequential:
+            pipe.execute()
             dispatch.send(
                 wire.legacy_media_chain(celery(), system_id, device, gen, image, task_id),
                 system_id,
@@ -227,7 +239,7 @@ def start_insert(
             )
         else:
             dispatch.send_insert_media_chord(
-                celery(), system_id, device, gen, image, task_id, began["celery_id"]
+                celery(), pipe, system_id, device, gen, image, task_id, began["celery_id"]
             )
     except Exception:
         _abandon(system_id, device, gen, task_id)

@@ -1,4 +1,4 @@
-"""The InsertMedia chord sent as plain data publishes what Celery's canvas publishes."""
+"""Messages built as plain data (fleetfish.wire) publish what Celery itself publishes."""
 
 from __future__ import annotations
 
@@ -6,25 +6,28 @@ import base64
 import json
 import re
 
+import pytest
 import redis
 
 from app.dispatch import make_celery
 from fleetfish import wire
-from fleetfish.celery_config import MEDIA_QUEUE
+from fleetfish.celery_config import MEDIA_QUEUE, POWER_QUEUE
 from fleetfish.settings import Settings
 
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 ARGS = ("ns.node-1", "Cd", 4, "http://192.0.2.10/boot-1.iso", "task-9")
 
 
-def _published(redis_url: str, send) -> str:
+def _published(redis_url: str, send, queue: str = MEDIA_QUEUE) -> str:
     """What one send leaves in Redis (the queued message, the chord's keys with their values),
     with every id replaced by its order of first appearance, so two sends compare equal when
     they differ only in the ids they drew."""
     client = redis.Redis.from_url(redis_url)
     client.flushall()
     send()
-    [raw] = client.lrange(MEDIA_QUEUE, 0, -1)
+    other_queue = POWER_QUEUE if queue == MEDIA_QUEUE else MEDIA_QUEUE
+    assert client.llen(other_queue) == 0, "the message went to the other queue"
+    [raw] = client.lrange(queue, 0, -1)
     message = json.loads(raw)
     message["body"] = json.loads(base64.b64decode(message["body"]))
     # The canvas copies a task's ignore_result into the header only where the task's body is
@@ -43,22 +46,51 @@ def _published(redis_url: str, send) -> str:
 
 def test_the_direct_chord_message_is_the_canvas_message(redis_url):
     app = make_celery(Settings(redis_url=redis_url))
+    client = redis.Redis.from_url(redis_url)
     by_canvas = _published(
         redis_url, lambda: wire.insert_media_chord(app, *ARGS).apply_async(task_id="release-1")
     )
     direct = _published(
-        redis_url, lambda: wire.send_insert_media_chord(app, *ARGS, body_id="release-1")
+        redis_url,
+        lambda: wire.publish(
+            client, wire.insert_media_chord_message(app, *ARGS, body_id="release-1")
+        ),
     )
+    client.close()
     assert direct == by_canvas
     # The comparison saw the chord: the attach carries the body, which carries the errback.
     assert '"task": "media.release"' in direct and '"task": "media.failed"' in direct
     assert '"release-1"' in direct
 
 
-def test_the_direct_chord_returns_the_import_id_it_queued(redis_url):
+@pytest.mark.parametrize(
+    "queue, name, options",
+    [
+        (POWER_QUEUE, "power.reset", {"task_id": "reset-1"}),
+        (MEDIA_QUEUE, "media.eject", {}),
+        (POWER_QUEUE, "power.verify", {"kwargs": {"since": 1234.5}}),
+    ],
+)
+def test_a_task_message_is_what_send_task_publishes(redis_url, queue, name, options):
     app = make_celery(Settings(redis_url=redis_url))
-    import_id = wire.send_insert_media_chord(app, *ARGS)
     client = redis.Redis.from_url(redis_url)
+    args = ("ns.node-1", "On", "task-9")
+    by_celery = _published(redis_url, lambda: app.send_task(name, args=args, **options), queue)
+    direct = _published(
+        redis_url,
+        lambda: wire.publish(client, wire.task_message(app, name, args, **options)),
+        queue,
+    )
+    client.close()
+    assert direct == by_celery
+    assert f'"task": "{name}"' in direct
+
+
+def test_the_direct_chord_names_the_import_it_queued(redis_url):
+    app = make_celery(Settings(redis_url=redis_url))
+    client = redis.Redis.from_url(redis_url)
+    publication = wire.insert_media_chord_message(app, *ARGS)
+    wire.publish(client, publication)
     [raw] = client.lrange(MEDIA_QUEUE, 0, -1)
     client.close()
-    assert json.loads(raw)["headers"]["id"] == import_id
+    assert json.loads(raw)["headers"]["id"] == publication.task_id

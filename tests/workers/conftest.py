@@ -24,6 +24,7 @@ from fleetfish.store import Store
 from lab.ports import free_port, wait_for_port
 from lab.stack import write_kubeconfig
 from tests.polling import wait_for  # noqa: F401 - re-exported for the tests here
+from workers.host import worker_argv
 
 REPO = Path(__file__).resolve().parents[2]
 NAMESPACE = "fleetfish-lab"
@@ -153,12 +154,8 @@ class Lab:
         return env
 
     def start_worker(self, name: str, concurrency: int = 8, **env: str) -> subprocess.Popen:
-        cmd = [
-            sys.executable, "-m", "celery", "-A", "workers.celery_app", "worker",
-            "--pool", "threads", "--concurrency", str(concurrency),
-            "-Q", "fleetfish.media,fleetfish.power", "-n", f"{name}@%h",
-            "--loglevel", "INFO", "--without-mingle", "--without-gossip",
-        ]  # fmt: skip
+        argv = worker_argv(0, concurrency, name=name)
+        cmd = [sys.executable, "-m", "celery", "-A", "workers.celery_app", *argv]
         proc = self.procs.spawn(name, cmd, self.env(**env))
         wait_for(lambda: "worker ready" in self.procs.log(name), 60, f"{name} ready")
         return proc
@@ -174,7 +171,9 @@ class Lab:
     def insert(self, system: str, image: str) -> str:
         ins = self.store.begin_insert(system, "Cd", image)
         task = ins["task"]
-        wire.insert_media_chord(self.client, system, "Cd", ins["gen"], image, task).apply_async()
+        # As the API sends it: the chord as one message, written with the Store's client.
+        chord = wire.insert_media_chord_message(self.client, system, "Cd", ins["gen"], image, task)
+        wire.publish(self.store.r, chord)
         return task
 
     def eject(self, system: str) -> str:
