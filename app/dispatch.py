@@ -75,31 +75,16 @@ def send(signature: Signature, system_id: str, celery_id: str | None = None) -> 
     return result
 
 
-def send_insert_media_chord(
-    app: Celery,
-    pipe: redis.client.Pipeline,
-    system_id: str,
-    device: str,
-    gen: int,
-    image: str,
-    task_id: str,
-    celery_id: str,
-) -> None:
-    """Queue an InsertMedia's chord (``wire.insert_media_chord_message``), its release under
-    ``celery_id``, by running ``pipe`` (the Store's: the broker is the same Redis) with the
-    chord's writes after what the caller queued on it; Redis failures propagate and become a
+def publish(pipe: redis.client.Pipeline, system_id: str, *publications: wire.Publication) -> None:
+    """Queue messages built by ``fleetfish.wire`` by running ``pipe`` (the Store's: the broker
+    is the same Redis) with their writes after what the caller queued on it, so a request's
+    event and its work reach Redis in one round trip; Redis failures propagate and become a
     503."""
-    publication = wire.insert_media_chord_message(
-        app, system_id, device, gen, image, task_id, body_id=celery_id
-    )
-    publication.write(pipe)
+    for publication in publications:
+        publication.write(pipe)
     pipe.execute()
-    log.info(
-        "sent celery.chord system=%s celery_id=%s import=%s",
-        system_id,
-        celery_id,
-        publication.task_id,
-    )
+    for publication in publications:
+        log.info("sent %s system=%s celery_id=%s", publication.name, system_id, publication.task_id)
 
 
 def _name(signature: Signature) -> str:

@@ -153,8 +153,10 @@ class EventLog:
             f"Reset {action} deferred until the virtual media is ready (task {task_id})",
         )
 
-    def reset(self, system_id: str, action: str, task_id: str) -> None:
-        self.add(system_id, RESET, f"Reset {action} requested (task {task_id})")
+    def reset(
+        self, system_id: str, action: str, task_id: str, pipe: redis.client.Pipeline | None = None
+    ) -> None:
+        self.add(system_id, RESET, f"Reset {action} requested (task {task_id})", pipe=pipe)
 
     def released(self, system_id: str, action: str, task_id: str) -> None:
         self.add(
@@ -194,5 +196,7 @@ class EventLog:
             mark=("power_failed", task_id),
         )
 
-    def ejected(self, system_id: str, device: str) -> None:
-        self.add(system_id, EJECTED, f"Virtual media {device} ejected")
+    def ejected(
+        self, system_id: str, device: str, pipe: redis.client.Pipeline | None = None
+    ) -> None:
+        self.add(system_id, EJECTED, f"Virtual media {device} ejected", pipe=pipe)

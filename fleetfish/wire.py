@@ -1,7 +1,10 @@
 """The wire contract: every message the system sends, built by Celery task name.
 
 The API, the tasks and the reaper all build their messages here: the InsertMedia chord, a Reset,
-the check that follows a start, an eject, a boot override. Only celery is imported (no task
+the check that follows a start, an eject, a boot override. Most are built as data
+(``Publication``: what Celery would write to Redis) and written with the other Redis writes of
+the request that sends them; the check that follows a start, which a worker sends with a
+countdown, stays a Celery signature. Only celery is imported (no task
 bodies, no kubernetes), so the API tier builds them with a client-only Celery app. The names are
 what messages in Redis carry: they never change (tests/unit/test_layout.py).
 """
@@ -47,6 +50,7 @@ class Publication:
     """What sending one message writes to Redis: the message on its queue's list (as kombu's
     Redis transport LPUSHes it) and, for a chord, the key holding the chord's size."""
 
+    name: str
     task_id: str
     queue: str
     message: str
@@ -127,7 +131,7 @@ def task_message(
             "delivery_tag": uuid(),
         },
     }
-    return Publication(task_id, queue, json.dumps(message))
+    return Publication(name, task_id, queue, json.dumps(message))
 
 
 def insert_media_chord_message(
@@ -219,17 +223,21 @@ def legacy_media_chain(
     )
 
 
-def eject_media(app: Celery, system_id: str, device: str, gen: int, task_id: str):
-    return app.signature("media.eject", args=(system_id, device, gen, task_id), immutable=True)
+def eject_media(
+    app: Celery, system_id: str, device: str, gen: int, task_id: str, celery_id: str = ""
+) -> Publication:
+    """``celery_id``: the id the Store recorded for this eject (so the reaper's copy is the
+    same Celery task)."""
+    args = (system_id, device, gen, task_id)
+    return task_message(app, "media.eject", args, task_id=celery_id or None)
 
 
-def power_reset(app: Celery, system_id: str, action: str, task_id: str, celery_id: str = ""):
+def power_reset(
+    app: Celery, system_id: str, action: str, task_id: str, celery_id: str = ""
+) -> Publication:
     """``celery_id``: the id the Store recorded for this Reset, so that a copy sent again by
     the reaper is the same Celery task (one run per delivery drops the spare)."""
-    options = {"task_id": celery_id} if celery_id else {}
-    return app.signature(
-        "power.reset", args=(system_id, action, task_id), immutable=True, **options
-    )
+    return task_message(app, "power.reset", (system_id, action, task_id), task_id=celery_id or None)
 
 
 def power_verify(
@@ -242,5 +250,5 @@ def power_verify(
     )
 
 
-def boot_apply(app: Celery, system_id: str, boot_gen: int):
-    return app.signature("boot.apply", args=(system_id, boot_gen), immutable=True)
+def boot_apply(app: Celery, system_id: str, boot_gen: int) -> Publication:
+    return task_message(app, "boot.apply", (system_id, boot_gen))

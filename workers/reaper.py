@@ -215,10 +215,10 @@ def celery_senders(settings) -> tuple[SendChord, SendReset, SendEject, SendStart
         publish(broker, insert_media_chord_message(app, system_id, device, gen, image, task_id))
 
     def send_reset(system_id: str, action: str, task_id: str, celery_id: str) -> None:
-        power_reset(app, system_id, action, task_id, celery_id).apply_async()
+        publish(broker, power_reset(app, system_id, action, task_id, celery_id))
 
     def send_eject(system_id: str, device: str, gen: int, task_id: str) -> None:
-        eject_media(app, system_id, device, gen, task_id).apply_async()
+        publish(broker, eject_media(app, system_id, device, gen, task_id))
 
     def send_start_check(system_id: str, task_id: str, vmi_before: str, started: float) -> None:
         power_verify(app, system_id, task_id, vmi_before, started).apply_async()

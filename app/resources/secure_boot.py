@@ -99,6 +99,8 @@ def patch_secure_boot(system_id: str):
     if gen is None:
         raise RedfishError(412, "PreconditionFailed")
     log.info("secure boot %s gen=%s system=%s", "on" if enable else "off", gen, system_id)
-    dispatch.send(wire.boot_apply(celery(), system_id, gen), system_id)
+    dispatch.publish(
+        store().r.pipeline(transaction=False), system_id, wire.boot_apply(celery(), system_id, gen)
+    )
     doc, boot = visible_system_with(system_id, "boot")
     return resource(render_secure_boot(doc, boot), allow=ALLOW)

@@ -213,7 +213,8 @@ def patch_system(system_id: str):
         if http_uri:
             # Begun before the answer: a Reset sent after this PATCH finds the medium pending.
             http_boot.start(system_id, http_uri)
-        dispatch.send(wire.boot_apply(celery(), system_id, boot_gen), system_id)
+        pipe = store().r.pipeline(transaction=False)
+        dispatch.publish(pipe, system_id, wire.boot_apply(celery(), system_id, boot_gen))
     return resource(_current(system_id), allow=SYSTEM_ALLOW)
 
 
@@ -251,10 +252,15 @@ def reset(system_id: str):
             task_id,
         )
         return accepted(task_id, verdict["fields"])
-    events().reset(system_id, action, task_id)
-    signature = wire.power_reset(celery(), system_id, action, task_id, verdict["celery_id"])
+    # The event and the work: one round trip.
+    pipe = st.r.pipeline(transaction=False)
+    events().reset(system_id, action, task_id, pipe=pipe)
     try:
-        dispatch.send(signature, system_id)
+        dispatch.publish(
+            pipe,
+            system_id,
+            wire.power_reset(celery(), system_id, action, task_id, verdict["celery_id"]),
+        )
     except Exception:
         st.update_task(
             task_id,

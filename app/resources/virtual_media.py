@@ -238,9 +238,10 @@ def start_insert(
                 began["celery_id"],
             )
         else:
-            dispatch.send_insert_media_chord(
-                celery(), pipe, system_id, device, gen, image, task_id, began["celery_id"]
+            chord = wire.insert_media_chord_message(
+                celery(), system_id, device, gen, image, task_id, body_id=began["celery_id"]
             )
+            dispatch.publish(pipe, system_id, chord)
     except Exception:
         _abandon(system_id, device, gen, task_id)
         raise
@@ -273,11 +274,9 @@ def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:
 
 @bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{EJECT}")
 def eject_media(system_id: str, device: str):
-    visible_system(system_id)
+    _, current = visible_system_with(system_id, "media")
     device = _device(device)
     action_params(EJECT, json_body(), {})
-    st = store()
-    current = st.get_media(system_id, device)
     # Nothing inserted, nothing importing, no volume: an eject has nothing to undo.
     if (
         current.get("inserted") != "1"
@@ -285,33 +284,33 @@ def eject_media(system_id: str, device: str):
         and not current.get("dv")
     ):
         return no_content()
+    st = store()
     began = st.begin_eject(system_id, device)
     task_id = began["task"]
-    events().ejected(system_id, device)
+    # The event, the deferred Reset the eject releases and the eject's work: one round trip.
+    pipe = st.r.pipeline(transaction=False)
+    events().ejected(system_id, device, pipe=pipe)
+    work = []
     if began["released_action"]:
-        _release(
-            system_id,
-            began["released_action"],
-            began["released_task"],
-            began["released_celery_id"],
-        )
-    if not (began["previous_dv"] or began["unfinished"]):
+        work.append(_released_reset(system_id, began))
+    eject = bool(began["previous_dv"] or began["unfinished"])
+    if eject:
+        gen, celery_id = began["gen"], began["celery_id"]
+        work.append(wire.eject_media(celery(), system_id, device, gen, task_id, celery_id))
+    dispatch.publish(pipe, system_id, *work)
+    if not eject:
         return no_content()  # the task ended with the eject: nothing was attached
-    dispatch.send(
-        wire.eject_media(celery(), system_id, device, began["gen"], task_id),
-        system_id,
-        began["celery_id"],
-    )
     log.info("EjectMedia gen=%s task=%s system=%s", began["gen"], task_id, system_id)
     return accepted(task_id, began["fields"])
 
 
-def _release(system_id: str, action: str, task_id: str, celery_id: str) -> None:
+def _released_reset(system_id: str, began: dict) -> wire.Publication:
     """The eject ended the media wait of a deferred Reset: it runs now, without media."""
-    dispatch.send(wire.power_reset(celery(), system_id, action, task_id, celery_id), system_id)
+    action, task_id = began["released_action"], began["released_task"]
     log.info(
         "deferred Reset %s released by eject system=%s task=%s",
         action,
         system_id,
         task_id,
     )
+    return wire.power_reset(celery(), system_id, action, task_id, began["released_celery_id"])

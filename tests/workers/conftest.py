@@ -178,26 +178,30 @@ class Lab:
 
     def eject(self, system: str) -> str:
         ej = self.store.begin_eject(system, "Cd")
-        wire.eject_media(self.client, system, "Cd", ej["gen"], ej["task"]).apply_async()
+        wire.publish(
+            self.store.r, wire.eject_media(self.client, system, "Cd", ej["gen"], ej["task"])
+        )
         if ej["released_action"]:
-            wire.power_reset(
+            released = wire.power_reset(
                 self.client,
                 system,
                 ej["released_action"],
                 ej["released_task"],
                 ej["released_celery_id"],
-            ).apply_async()
+            )
+            wire.publish(self.store.r, released)
         return ej["task"]
 
     def boot_once_cd(self, system: str) -> None:
         gen = self.store.set_boot(system, enabled="Once", target="Cd", mode="UEFI")
-        wire.boot_apply(self.client, system, gen).apply_async()
+        wire.publish(self.store.r, wire.boot_apply(self.client, system, gen))
 
     def reset(self, system: str, action: str = "On") -> tuple[str, str]:
         verdict = self.store.request_power(system, action)
         task = verdict["task"]
         if verdict["verdict"] == "run":
-            wire.power_reset(self.client, system, action, task, verdict["celery_id"]).apply_async()
+            reset = wire.power_reset(self.client, system, action, task, verdict["celery_id"])
+            wire.publish(self.store.r, reset)
         return task, verdict["verdict"]
 
     def task(self, task_id: str) -> dict:

@@ -78,9 +78,10 @@ def test_a_boot_override_set_while_running_waits_for_the_next_power_on(lab):
     gen = lab.store.set_boot(sid, enabled="Continuous", target="Pxe", mode="UEFI")
     from fleetfish import wire
 
-    sent = wire.boot_apply(lab.client, sid, gen).apply_async()
+    sent = wire.boot_apply(lab.client, sid, gen)
+    wire.publish(lab.store.r, sent)
     # Tasks outside the media chord store no Celery result; a run that ended leaves its marker.
-    wait_for(lambda: lab.store.r.get(f"ff:run:{sent.id}:final"), 30, "boot.apply ran")
+    wait_for(lambda: lab.store.r.get(f"ff:run:{sent.task_id}:final"), 30, "boot.apply ran")
     assert disk_orders(lab) == {"rootdisk": 1, "cdrom": None}
     assert not restart_required(lab)
     power_cycle(lab, sid)

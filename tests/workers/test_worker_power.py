@@ -126,7 +126,8 @@ def test_a_reset_sent_again_while_its_first_copy_runs_acts_once(lab):
     assert verdict == "run"
     wait_for(lambda: lab.task(task).get("picked"), 20, "the first copy taken")
     recorded = lab.task(task)
-    wire.power_reset(lab.client, system(VM0), "On", task, recorded["celery_id"]).apply_async()
+    copy = wire.power_reset(lab.client, system(VM0), "On", task, recorded["celery_id"])
+    wire.publish(lab.store.r, copy)
     done = wait_for(lambda: lab.task_done(task), 60, "Reset On to end")
     assert done["state"] == "Completed", done
     wait_for(lambda: len(lab.boots(VM0)) == 1, 20, "the boot")
