@@ -24,14 +24,18 @@ app.conf.worker_consumer = "workers.consumer:Consumer"
 
 log = logging.getLogger("fleetfish.worker")
 _context = threading.local()
-LOG_FORMAT = "%(asctime)s %(levelname)s fleetfish.worker [%(system)s] %(name)s: %(message)s"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(role)s [%(system)s] %(name)s: %(message)s"
 
 
 class SystemFilter(logging.Filter):
-    """Adds ``record.system``: the system id of the task running in this thread, or '-'."""
+    """Adds ``record.system``: the system id of the task running in this thread, or '-'; and
+    ``record.role``: "fleetfish.worker", or the worker's role under ``workers.host`` (its
+    process name there), so that the lines of a host's workers in one log tell them apart."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.system = getattr(_context, "system", "-")
+        role = record.processName
+        record.role = role if role and role != "MainProcess" else "fleetfish.worker"
         return True
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import multiprocessing
 import os
 import signal
 import sys
@@ -30,6 +31,10 @@ QUEUES = ",".join((MEDIA_QUEUE, POWER_QUEUE))
 # exits non-zero, so that what supervises it (systemd, a container runtime) sees the failure.
 RESTARTS_PER_WINDOW = 5
 RESTART_WINDOW_SECONDS = 60.0
+# Seconds before the 1st, 2nd... restart of a role within the window: a role failing at once
+# (its Redis still starting, say) gets about 15 s to recover before the host gives up.
+RESTART_BACKOFF = (0.0, 1.0, 2.0, 4.0, 8.0)
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def worker_argv(index: int, concurrency: int, loglevel: str = "INFO", name: str = "") -> list[str]:
@@ -99,16 +104,20 @@ class Host:
         grace: float,
         clock=time.monotonic,
         run_child=None,
+        backoff: tuple[float, ...] = RESTART_BACKOFF,
     ):
         # role name -> Celery worker argv, or None for the watcher
         self.roles = roles
         self.run_child = run_child or _run_child  # runs in the child and never returns
         self.grace = grace
         self.clock = clock
+        self.backoff = backoff
         self.children: dict[int, str] = {}
         self.deaths: dict[str, list[float]] = {name: [] for name in roles}
+        self.restarts: dict[str, float] = {}  # role -> when its restart is due
         self.stopping = False
         self.failed = False
+        self.killed = False  # a stop had to SIGKILL a process that outlived the grace
         self.exits: dict[str, int] = {}  # role -> exit status of its last process
         self._pid = os.getpid()
         self._previous_alarm = None
@@ -121,11 +130,19 @@ class Host:
         try:
             if self.stopping:
                 return None
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of memory or processes: a failed start, retried
+                log.error("could not start %s: %s", name, exc)
+                self._died(name, f"fork failed: {exc}")
+                return None
             if pid == 0:
                 try:
                     for signum in stopping_signals:
                         signal.signal(signum, signal.SIG_DFL)
+                    _end_with_parent(self._pid)
+                    # Log lines name the role (logging's and Celery's formats show processName).
+                    multiprocessing.current_process().name = name
                     signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping_signals)
                     self.run_child(name, self.roles[name])
                 finally:
@@ -145,11 +162,19 @@ class Host:
         self.stopping = True
         if first:
             log.info("stopping %s (signal %s)", ", ".join(self.children.values()), signum)
-            self._previous_alarm = signal.signal(
-                signal.SIGALRM, lambda *_: self._signal_children(signal.SIGKILL)
-            )
+            self._previous_alarm = signal.signal(signal.SIGALRM, lambda *_: self._kill_the_rest())
             signal.setitimer(signal.ITIMER_REAL, self.grace)
         self._signal_children(signal.SIGTERM)
+
+    def _kill_the_rest(self) -> None:
+        if self.children:
+            self.killed = True
+            log.error(
+                "%s still running %.0f s after the stop: killing them",
+                ", ".join(self.children.values()),
+                self.grace,
+            )
+        self._signal_children(signal.SIGKILL)
 
     def _signal_children(self, signum: int) -> None:
         for pid in list(self.children):
@@ -167,22 +192,42 @@ class Host:
         if self.stopping:
             log.info("%s pid=%s exited (%s)", name, pid, code)
             return
+        self._died(name, f"pid={pid} exited ({code})")
+
+    def _died(self, name: str, how: str) -> None:
+        """Schedule ``name``'s restart after the backoff its recent deaths earned, or stop the
+        host when it died more than RESTARTS_PER_WINDOW times in the window."""
         now = self.clock()
         recent = [t for t in self.deaths[name] if now - t < RESTART_WINDOW_SECONDS] + [now]
         self.deaths[name] = recent
         if len(recent) > RESTARTS_PER_WINDOW:
             log.error(
-                "%s died %d times within %.0f s (last exit %s): stopping this host's workers",
+                "%s died %d times within %.0f s (last: %s): stopping this host's workers",
                 name,
                 len(recent),
                 RESTART_WINDOW_SECONDS,
-                code,
+                how,
             )
             self.failed = True
             self.stop()
             return
-        log.warning("%s pid=%s exited (%s): starting it again", name, pid, code)
-        self.spawn(name)
+        delay = self.backoff[min(len(recent), len(self.backoff)) - 1]
+        log.warning("%s %s: starting it again in %.0f s", name, how, delay)
+        self.restarts[name] = now + delay
+
+    def _start_due(self) -> float | None:
+        """Start the roles whose restart is due; seconds until the next one (None: none)."""
+        if self.stopping:
+            self.restarts.clear()
+            return None
+        now = self.clock()
+        for name, due in sorted(self.restarts.items(), key=lambda item: item[1]):
+            if due <= now:
+                del self.restarts[name]
+                self.spawn(name)
+        if not self.restarts:
+            return None
+        return max(0.0, min(self.restarts.values()) - self.clock())
 
     def run(self) -> int:
         for name in self.roles:
@@ -190,17 +235,41 @@ class Host:
         return self.wait()
 
     def wait(self) -> int:
-        """Reap children until none is left; 0, or 1 when a role kept dying."""
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
+        """Reap children until none is left or due; 0, or 1 when a role kept dying or a stop
+        had to kill a process."""
+        while True:
+            until_restart = self._start_due()
+            if not self.children and until_restart is None:
                 break
-            self.reaped(pid, status)
+            try:
+                # Blocking unless a restart is due: then poll until its time.
+                pid, status = os.waitpid(-1, 0 if until_restart is None else os.WNOHANG)
+            except ChildProcessError:
+                if until_restart is None:
+                    break
+                pid = 0
+            if pid:
+                self.reaped(pid, status)
+            elif until_restart is not None:
+                time.sleep(min(until_restart, 0.1))
         if self._previous_alarm is not None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._previous_alarm)
-        return 1 if self.failed else 0
+        return 1 if self.failed or self.killed else 0
+
+
+def _end_with_parent(parent_pid: int) -> None:
+    """In a child: have the kernel send SIGTERM (a warm shutdown) when the parent dies, even
+    by SIGKILL, so no worker runs on unsupervised; exit now if it died already."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the children outlive a killed parent
+        return
+    if os.getppid() != parent_pid:
+        os._exit(1)
 
 
 def _run_child(name: str, argv: list[str] | None) -> None:
@@ -262,8 +331,11 @@ def main(argv: list[str] | None = None) -> int:
 
     conf = Settings.from_env()
     level = conf.log_level
+    multiprocessing.current_process().name = "host"
     logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=level,
+        format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     preload()
     roles = host_roles(args, conf)

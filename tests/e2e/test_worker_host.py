@@ -59,3 +59,7 @@ def test_one_parent_runs_the_fleet_restarts_a_killed_worker_and_stops_cleanly(la
     assert not alive, alive
     log = (stack.logs_dir / "workers.log").read_text(errors="replace")
     assert re.search(r"worker0 pid=\d+ exited \(0\)", log), log[-2000:]
+    # Each line names the process it came from: Celery's workers and the watcher's own lines.
+    for role in ("worker0", "worker1"):
+        assert re.search(rf"INFO {role} \[-\] celery\.apps\.worker: {role}@\S+ ready", log), role
+    assert re.search(r" INFO watcher fleetfish\.", log), "no watcher line names its role"

@@ -3,11 +3,20 @@ passes a stop on to every process."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import select
 import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
 
+from tests.polling import wait_for
 from workers.host import RESTARTS_PER_WINDOW, Host, worker_argv
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_role_that_keeps_dying_stops_the_host_with_a_failure(tmp_path):
@@ -18,7 +27,7 @@ def test_a_role_that_keeps_dying_stops_the_host_with_a_failure(tmp_path):
             log.write(f"{name}\n")
         os._exit(3)
 
-    host = Host({"worker0": worker_argv(0, 1)}, grace=5, run_child=dies_at_once)
+    host = Host({"worker0": worker_argv(0, 1)}, grace=5, run_child=dies_at_once, backoff=(0.0,))
     assert host.run() == 1
     assert host.exits == {"worker0": 3}
     # The first start and RESTARTS_PER_WINDOW restarts; the death after those ends it.
@@ -138,3 +147,113 @@ def test_a_runner_that_raises_ends_its_child_instead_of_running_the_parent_loop(
     _, status = os.waitpid(pid, 0)
     host.children.clear()
     assert os.waitstatus_to_exitcode(status) == 1
+
+
+def test_restarts_of_a_role_that_keeps_dying_wait_longer_each_time(tmp_path):
+    starts = tmp_path / "starts"
+
+    def dies_at_once(name, argv):
+        with open(starts, "a") as log:
+            log.write(f"{time.monotonic()}\n")
+        os._exit(3)
+
+    host = Host({"worker0": []}, grace=5, run_child=dies_at_once, backoff=(0.0, 0.2, 0.4))
+    assert host.run() == 1
+    times = [float(line) for line in starts.read_text().split()]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    assert len(times) == RESTARTS_PER_WINDOW + 1
+    # First restart at once, then the backoff's steps, its last step repeated.
+    assert gaps[1] >= 0.2 and gaps[2] >= 0.4 and gaps[3] >= 0.4, gaps
+
+
+def test_a_stop_that_had_to_kill_a_process_ends_the_host_with_a_failure():
+    read_end, write_end = os.pipe()
+
+    def ignores_sigterm(name, argv):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.write(write_end, b"+")
+        while True:
+            signal.pause()
+
+    host = Host({"worker0": []}, grace=0.3, run_child=ignores_sigterm)
+    try:
+        host.spawn("worker0")
+        _await_ready(read_end, 1)
+        host.stop()
+        assert host.wait() == 1
+        assert host.exits == {"worker0": -signal.SIGKILL}
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        for pid in list(host.children):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_failed_fork_is_a_failed_start_retried_after_the_backoff(monkeypatch):
+    read_end, write_end = os.pipe()
+    real_fork, forks = os.fork, []
+
+    def fork_fails_once():
+        forks.append(1)
+        if len(forks) == 1:
+            raise BlockingIOError(11, "Resource temporarily unavailable")
+        return real_fork()
+
+    monkeypatch.setattr(os, "fork", fork_fails_once)
+    host = Host({"worker0": []}, grace=5, run_child=_until_terminated(write_end), backoff=(0.1,))
+    try:
+        assert host.spawn("worker0") is None
+        assert list(host.restarts) == ["worker0"] and len(host.deaths["worker0"]) == 1
+        wait_for(lambda: host._start_due() is None and host.children, 5, "the retried start")
+        _await_ready(read_end, 1)
+        host.stop()
+        assert host.wait() == 0
+        assert host.exits == {"worker0": 0}
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+        for pid in list(host.children):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie waiting for whoever inherited it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_the_children_end_when_the_parent_is_killed(tmp_path):
+    pids = tmp_path / "pids"
+    script = textwrap.dedent(
+        f"""
+        import os, signal
+        from workers.host import Host
+
+        def run(name, argv):
+            with open({str(pids)!r}, "a") as out:
+                out.write(f"{{os.getpid()}}\\n")
+            while True:
+                signal.pause()
+
+        Host({{"worker0": [], "watcher": None}}, grace=5, run_child=run).run()
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], cwd=REPO)
+    try:
+        children = wait_for(
+            lambda: pids.exists() and len(pids.read_text().split()) == 2 and pids.read_text(),
+            20,
+            "both children",
+        )
+        parent.kill()
+        parent.wait(10)
+        for pid in map(int, children.split()):
+            wait_for(lambda pid=pid: _gone(pid), 10, f"child {pid} to end with its parent")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        for pid in map(int, pids.read_text().split()) if pids.exists() else ():
+            if not _gone(pid):
+                os.kill(pid, signal.SIGKILL)
