@@ -89,6 +89,9 @@ def run_lab_mode(
 ) -> dict:
     """fleetfish as shipped, or its documented legacy mode (one worker, no chord)."""
     sequential = mode == SEQUENTIAL
+    # Named only when asked for: bench.compare runs this bench/ against the reference's lab,
+    # whose LabConfig has no worker_parent.
+    layout = {"worker_parent": True} if worker_parent else {}
     config = LabConfig.for_tests(
         work_dir / f"{mode}-n{count}",
         vms=count,
@@ -98,7 +101,7 @@ def run_lab_mode(
         flower=False,
         watcher_in_workers=watcher_in_workers,
         api_workers=api_workers,
-        worker_parent=worker_parent,
+        **layout,
     )
     stack = LabStack(config)
     affinity = os.sched_getaffinity(0)
