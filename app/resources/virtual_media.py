@@ -245,12 +245,14 @@ def start_insert(
     except Exception:
         _abandon(system_id, device, gen, task_id)
         raise
+    # The chord's release runs under the Celery id the Store recorded (the reaper resends it).
     log.info(
-        "InsertMedia %s gen=%s task=%s system=%s",
+        "InsertMedia %s gen=%s task=%s system=%s release=%s",
         image,
         gen,
         task_id,
         system_id,
+        began["celery_id"],
     )
     return began["fields"]
 
