@@ -252,3 +252,26 @@ def test_the_pss_and_makespan_targets_of_the_cost_issue_are_judged():
     assert pss[0] == "PASS" and "forked from one parent, the watcher in the workers" in pss[1]
     assert under["makespan N=200, 2 workers <= 1.25 T"][0] == "PASS"
     assert under["makespan N=500, 2 workers <= 1.3 T"] == ("FAIL", "51.0 s = 1.70 T")
+
+
+class _Configured(Exception):
+    """Raised by a stand-in LabConfig.for_tests to stop a bench run at its lab's settings."""
+
+
+def test_a_default_bench_run_asks_the_lab_only_for_what_the_reference_lab_has(
+    monkeypatch, tmp_path
+):
+    # bench.compare runs this bench/ against the reference commit's lab, whose LabConfig has no
+    # worker_parent: naming it at all failed every reference run.
+    from bench import runs
+
+    def settings_only(var_dir, **settings):
+        raise _Configured(settings)
+
+    monkeypatch.setattr(runs.LabConfig, "for_tests", settings_only)
+    with pytest.raises(_Configured) as default:
+        runs.run_lab_mode(runs.FLEETFISH, 3, 1.0, 2, tmp_path, 60)
+    assert "worker_parent" not in default.value.args[0]
+    with pytest.raises(_Configured) as parent:
+        runs.run_lab_mode(runs.FLEETFISH, 3, 1.0, 2, tmp_path, 60, worker_parent=True)
+    assert parent.value.args[0]["worker_parent"] is True
