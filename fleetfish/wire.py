@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import json
+import weakref
 from dataclasses import dataclass, replace
 
 import redis
@@ -22,8 +23,9 @@ from celery.utils.saferepr import saferepr
 
 # Celery's limit on a message's argsrepr/kwargsrepr (celery.app.amqp.AMQP.argsrepr_maxsize).
 _REPR_MAXSIZE = 1024
-# Task name -> queue, per Celery app (task_routes are fixed once the app is configured).
-_QUEUES: dict[int, dict[str, str]] = {}
+# Task name -> queue, per Celery app (task_routes are fixed once the app is configured); weak, so
+# an app that is gone neither stays alive nor lends its entries to a new one at the same id.
+_QUEUES: weakref.WeakKeyDictionary[Celery, dict[str, str]] = weakref.WeakKeyDictionary()
 
 
 def insert_media_chord(
@@ -190,7 +192,7 @@ def insert_media_chord_message(
 
 def _queue_of(app: Celery, name: str) -> str:
     """The queue Celery's router picks for task ``name`` (task_routes), looked up once."""
-    cache = _QUEUES.setdefault(id(app), {})
+    cache = _QUEUES.setdefault(app, {})
     if name not in cache:
         cache[name] = app.amqp.router.route({}, name)["queue"].name
     return cache[name]

@@ -3,6 +3,7 @@ passes a stop on to every process."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import select
@@ -35,40 +36,26 @@ def test_a_role_that_keeps_dying_stops_the_host_with_a_failure(tmp_path):
 
 
 def test_a_stop_reaches_every_child_and_the_host_ends_cleanly():
-    read_end, write_end = os.pipe()
-
-    def runs_until_terminated(name, argv):
-        signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
-        os.write(write_end, b"+")
-        while True:
-            signal.pause()
-
-    host = Host({"worker0": [], "watcher": None}, grace=5, run_child=runs_until_terminated)
-    try:
-        for name in host.roles:
-            host.spawn(name)
-        children = set(host.children)
-        started = b""
-        while len(started) < 2:
-            readable, _, _ = select.select([read_end], [], [], 10)
-            assert readable, "the children did not start"
-            started += os.read(read_end, 2)
-        host.stop()
-        assert host.wait() == 0
-        # Each ended on the stop's SIGTERM, not on the SIGKILL after the grace.
-        assert host.exits == {"worker0": 0, "watcher": 0}
-        assert host.children == {}
-        for pid in children:  # reaped: not even a zombie is left
-            try:
-                os.kill(pid, 0)
-                raise AssertionError(f"child {pid} is still there")
-            except ProcessLookupError:
-                pass
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-        for pid in list(host.children):
-            os.kill(pid, signal.SIGKILL)
+    with _ready_pipe() as (read_end, write_end):
+        host = Host(
+            {"worker0": [], "watcher": None}, grace=5, run_child=_until_terminated(write_end)
+        )
+        with _killing_leftovers(host):
+            for name in host.roles:
+                host.spawn(name)
+            children = set(host.children)
+            _await_ready(read_end, 2)
+            host.stop()
+            assert host.wait() == 0
+            # Each ended on the stop's SIGTERM, not on the SIGKILL after the grace.
+            assert host.exits == {"worker0": 0, "watcher": 0}
+            assert host.children == {}
+            for pid in children:  # reaped: not even a zombie is left
+                try:
+                    os.kill(pid, 0)
+                    raise AssertionError(f"child {pid} is still there")
+                except ProcessLookupError:
+                    pass
 
 
 def test_the_watcher_process_runs_unless_the_workers_run_it_or_it_is_elsewhere():
@@ -94,6 +81,27 @@ def test_the_watcher_process_runs_unless_the_workers_run_it_or_it_is_elsewhere()
     ]
 
 
+@contextlib.contextmanager
+def _ready_pipe():
+    """A pipe on which children report themselves started (``_await_ready`` reads it)."""
+    read_end, write_end = os.pipe()
+    try:
+        yield read_end, write_end
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+@contextlib.contextmanager
+def _killing_leftovers(host: Host):
+    """Whatever the test asserted, no child of ``host`` outlives it."""
+    try:
+        yield host
+    finally:
+        for pid in list(host.children):
+            os.kill(pid, signal.SIGKILL)
+
+
 def _until_terminated(write_end: int):
     """A child that reports itself ready, exits 0 on SIGTERM and 2 on SIGINT."""
 
@@ -116,19 +124,14 @@ def _await_ready(read_end: int, count: int) -> None:
 
 
 def test_an_interrupt_reaches_the_children_as_a_warm_stop():
-    read_end, write_end = os.pipe()
-    host = Host({"worker0": []}, grace=5, run_child=_until_terminated(write_end))
-    try:
-        host.spawn("worker0")
-        _await_ready(read_end, 1)
-        host.stop(signal.SIGINT)  # Ctrl-C: Celery takes a second SIGINT as a cold shutdown
-        assert host.wait() == 0
-        assert host.exits == {"worker0": 0}
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-        for pid in list(host.children):
-            os.kill(pid, signal.SIGKILL)
+    with _ready_pipe() as (read_end, write_end):
+        host = Host({"worker0": []}, grace=5, run_child=_until_terminated(write_end))
+        with _killing_leftovers(host):
+            host.spawn("worker0")
+            _await_ready(read_end, 1)
+            host.stop(signal.SIGINT)  # Ctrl-C: Celery takes a second SIGINT as a cold shutdown
+            assert host.wait() == 0
+            assert host.exits == {"worker0": 0}
 
 
 def test_no_process_starts_once_a_stop_has_begun():
@@ -167,30 +170,24 @@ def test_restarts_of_a_role_that_keeps_dying_wait_longer_each_time(tmp_path):
 
 
 def test_a_stop_that_had_to_kill_a_process_ends_the_host_with_a_failure():
-    read_end, write_end = os.pipe()
+    with _ready_pipe() as (read_end, write_end):
 
-    def ignores_sigterm(name, argv):
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        os.write(write_end, b"+")
-        while True:
-            signal.pause()
+        def ignores_sigterm(name, argv):
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            os.write(write_end, b"+")
+            while True:
+                signal.pause()
 
-    host = Host({"worker0": []}, grace=0.3, run_child=ignores_sigterm)
-    try:
-        host.spawn("worker0")
-        _await_ready(read_end, 1)
-        host.stop()
-        assert host.wait() == 1
-        assert host.exits == {"worker0": -signal.SIGKILL}
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-        for pid in list(host.children):
-            os.kill(pid, signal.SIGKILL)
+        host = Host({"worker0": []}, grace=0.3, run_child=ignores_sigterm)
+        with _killing_leftovers(host):
+            host.spawn("worker0")
+            _await_ready(read_end, 1)
+            host.stop()
+            assert host.wait() == 1
+            assert host.exits == {"worker0": -signal.SIGKILL}
 
 
 def test_a_failed_fork_is_a_failed_start_retried_after_the_backoff(monkeypatch):
-    read_end, write_end = os.pipe()
     real_fork, forks = os.fork, []
 
     def fork_fails_once():
@@ -200,20 +197,18 @@ def test_a_failed_fork_is_a_failed_start_retried_after_the_backoff(monkeypatch):
         return real_fork()
 
     monkeypatch.setattr(os, "fork", fork_fails_once)
-    host = Host({"worker0": []}, grace=5, run_child=_until_terminated(write_end), backoff=(0.1,))
-    try:
-        assert host.spawn("worker0") is None
-        assert list(host.restarts) == ["worker0"] and len(host.deaths["worker0"]) == 1
-        wait_for(lambda: host._start_due() is None and host.children, 5, "the retried start")
-        _await_ready(read_end, 1)
-        host.stop()
-        assert host.wait() == 0
-        assert host.exits == {"worker0": 0}
-    finally:
-        os.close(read_end)
-        os.close(write_end)
-        for pid in list(host.children):
-            os.kill(pid, signal.SIGKILL)
+    with _ready_pipe() as (read_end, write_end):
+        host = Host(
+            {"worker0": []}, grace=5, run_child=_until_terminated(write_end), backoff=(0.1,)
+        )
+        with _killing_leftovers(host):
+            assert host.spawn("worker0") is None
+            assert list(host.restarts) == ["worker0"] and len(host.deaths["worker0"]) == 1
+            wait_for(lambda: host._start_due() is None and host.children, 5, "the retried start")
+            _await_ready(read_end, 1)
+            host.stop()
+            assert host.wait() == 0
+            assert host.exits == {"worker0": 0}
 
 
 def _gone(pid: int) -> bool:
