@@ -85,9 +85,9 @@ def task_message(
 ) -> Publication:
     """``app.send_task(name, args, kwargs, task_id=..., chain=...)``'s message, as data.
 
-    Celery's send_task and kombu's publish cost about 0.3 ms of CPU per message, several
-    times what building it costs (``python -m bench.api_memory``); the API's calls publish this
-    way in the pipeline of their other Redis writes. tests/unit/test_wire_messages.py holds the
+    Celery's send_task and kombu's publish cost several times what building the message does,
+    and a round trip of their own; the API's calls publish this way in the pipeline of their
+    other Redis writes (``python -m bench.api_memory``: EjectMedia 1.67 -> 0.94 ms of CPU). tests/unit/test_wire_messages.py holds the
     message equal to send_task's, so a Celery or kombu upgrade that changes it fails there.
     """
     task_id = task_id or uuid()
