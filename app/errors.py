@@ -13,6 +13,8 @@ import redis.exceptions
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
+from fleetfish.store import GenerationRace
+
 log = logging.getLogger("fleetfish.api")
 
 BASE_REGISTRY_FILE = Path(__file__).parent / "data" / "Base.1.22.1.json"
@@ -144,6 +146,8 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(redis.exceptions.ConnectionError, _unavailable)
     app.register_error_handler(redis.exceptions.TimeoutError, _unavailable)
     app.register_error_handler(kombu.exceptions.OperationalError, _unavailable)
+    # Requests on one drive racing faster than an insert can record itself: retry shortly.
+    app.register_error_handler(GenerationRace, _unavailable)
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -21,7 +21,7 @@ from typing import Any
 
 import redis
 
-from fleetfish.store import key_log, key_log_meta
+from fleetfish.store import APPEND_EVENT_LUA, key_log, key_log_meta
 
 # Kinds of entries (the fleet view keys on them).
 INSERTED = "inserted"
@@ -37,20 +37,17 @@ CLEARED = "cleared"
 
 IMPORT_MILESTONES = (25, 50, 75, 100)
 
-# KEYS: log, meta. ARGV: entry JSON without id, max entries, mark field ('' for none), mark
-# value, then field/value pairs for meta. An entry whose mark already holds that value was
-# logged before: nothing is written. Returns the new entry's id, or 0.
-_APPEND = """
-if ARGV[3] ~= '' then
-  if redis.call('HGET', KEYS[2], ARGV[3]) == ARGV[4] then return 0 end
-  redis.call('HSET', KEYS[2], ARGV[3], ARGV[4])
-end
-for i = 5, #ARGV, 2 do redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]) end
-local id = redis.call('HINCRBY', KEYS[2], 'seq', 1)
-redis.call('LPUSH', KEYS[1], '{"id": "' .. id .. '", ' .. string.sub(ARGV[1], 2))
-redis.call('LTRIM', KEYS[1], 0, tonumber(ARGV[2]) - 1)
-return id
-"""
+# KEYS: log, meta. ARGV: APPEND_EVENT_LUA's args (entry, bound, mark, meta pairs).
+_APPEND = APPEND_EVENT_LUA + "return append_event(KEYS[1], KEYS[2], ARGV, 1, #ARGV)\n"
+
+
+def _inserted(device: str, image: str, gen: int) -> dict[str, Any]:
+    """An insert's entry, marked so that a generation is logged once."""
+    return {
+        "kind": INSERTED,
+        "message": f"Virtual media {device} inserted: {image}",
+        "mark": (f"insert:{device}", str(gen)),
+    }
 
 
 def import_milestone(percent: float) -> int:
@@ -85,6 +82,35 @@ class EventLog:
         entry's id comes with the pipeline's replies): the API writes an InsertMedia's entry
         in the round trip that queues its work.
         """
+        keys, args = self.append_args(
+            system_id,
+            kind,
+            message,
+            severity=severity,
+            message_id=message_id,
+            mark=mark,
+            meta=meta,
+        )
+        if pipe is not None:
+            # EVAL, not EVALSHA: a pipeline cannot reload a script Redis lost (a restart)
+            # without another round trip; Redis caches the script by its text.
+            pipe.eval(_APPEND, len(keys), *keys, *args)
+            return 0
+        return int(self._append(keys=keys, args=args))
+
+    def append_args(
+        self,
+        system_id: str,
+        kind: str,
+        message: str,
+        *,
+        severity: str = "OK",
+        message_id: str = "",
+        mark: tuple[str, str] | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of one append (``fleetfish.store.APPEND_EVENT_LUA``), for a script
+        that writes an entry with its own work."""
         entry = {
             "created": round(time.time(), 3),
             "severity": severity,
@@ -96,13 +122,7 @@ class EventLog:
         args += [mark[0], mark[1]] if mark else ["", ""]
         for name, value in (meta or {}).items():
             args += [name, str(value)]
-        keys = [key_log(system_id), key_log_meta(system_id)]
-        if pipe is not None:
-            # EVAL, not EVALSHA: a pipeline cannot reload a script Redis lost (a restart)
-            # without another round trip; Redis caches the script by its text.
-            pipe.eval(_APPEND, len(keys), *keys, *args)
-            return 0
-        return int(self._append(keys=keys, args=args))
+        return [key_log(system_id), key_log_meta(system_id)], args
 
     def entries(self, system_id: str, limit: int | None = None) -> list[dict]:
         """Newest first, at most ``limit``."""
@@ -127,13 +147,13 @@ class EventLog:
         gen: int,
         pipe: redis.client.Pipeline | None = None,
     ) -> None:
-        self.add(
-            system_id,
-            INSERTED,
-            f"Virtual media {device} inserted: {image}",
-            mark=(f"insert:{device}", str(gen)),
-            pipe=pipe,
-        )
+        self.add(system_id, **_inserted(device, image, gen), pipe=pipe)
+
+    def inserted_args(
+        self, system_id: str, device: str, image: str, gen: int
+    ) -> tuple[list[str], list[str]]:
+        """``inserted``'s append as KEYS and ARGV (InsertMedia writes it with its insert)."""
+        return self.append_args(system_id, **_inserted(device, image, gen))
 
     def import_progress(self, system_id: str, device: str, gen: int, name: str, pct: float) -> None:
         """Import started (below 25 %) and its 25/50/75/100 % milestones, once each per insert."""

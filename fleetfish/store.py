@@ -61,11 +61,15 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from fleetfish.settings import Settings
+
+if TYPE_CHECKING:
+    from fleetfish.wire import Publication
 
 PREFIX = "ff:"
 DEVICES = ("Cd",)
@@ -241,7 +245,7 @@ return 1
 # KEYS: task, tasks, media, credentials, power. ARGV: task (1-5), image, image_name,
 # write_protected, inserted, protocol, method, username, password, Celery id of the chord.
 # Returns {gen, previous image, previous dv, previous state, the new task's fields}.
-_INSERT = _with_task_lua("""
+_INSERT_RECORD = """
 local prev_image = redis.call('HGET', KEYS[3], 'image') or ''
 local prev_dv = redis.call('HGET', KEYS[3], 'dv') or ''
 local prev_state = redis.call('HGET', KEYS[3], 'state') or ''
@@ -257,8 +261,55 @@ if ARGV[12] ~= '' or ARGV[13] ~= '' then
 end
 redis.call('HSET', KEYS[5], 'last_request', ARGV[1])
 new_task('Running', '', ARGV[14])
+"""
+_INSERT = _with_task_lua(
+    _INSERT_RECORD + "return {gen, prev_image, prev_dv, prev_state, redis.call('HGETALL', KEYS[1])}"
+)
+
+# An event log append (fleetfish.eventlog's script, and the insert that writes its own event).
+# args[first]: the entry's JSON without its id; then the log's bound, a mark field ('' for
+# none) and its value, then field/value pairs for the meta hash up to args[last]. An entry
+# whose mark already holds that value was logged before: nothing is written. Returns the new
+# entry's id, or 0.
+APPEND_EVENT_LUA = """
+local function append_event(log, meta, args, first, last)
+  local mark, value = args[first + 2], args[first + 3]
+  if mark ~= '' then
+    if redis.call('HGET', meta, mark) == value then return 0 end
+    redis.call('HSET', meta, mark, value)
+  end
+  for i = first + 4, last, 2 do redis.call('HSET', meta, args[i], args[i + 1]) end
+  local id = redis.call('HINCRBY', meta, 'seq', 1)
+  redis.call('LPUSH', log, '{"id": "' .. id .. '", ' .. string.sub(args[first], 2))
+  redis.call('LTRIM', log, 0, tonumber(args[first + 1]) - 1)
+  return id
+end
+"""
+
+# _INSERT, its event and its chord's message in one step, when the media's generation is still
+# the one the message was built for. KEYS: as _INSERT, then the event log, its meta, the
+# queue, the chord's size key. ARGV: as _INSERT, then the expected generation, the size key's
+# TTL ('' for none), the message, the event (APPEND_EVENT_LUA's args). Returns _INSERT's reply,
+# or {0, the current generation} when another request moved it (nothing written).
+_INSERT_AND_SEND = _with_task_lua(
+    APPEND_EVENT_LUA
+    + """
+local current = tonumber(redis.call('HGET', KEYS[3], 'gen') or '0')
+if current + 1 ~= tonumber(ARGV[15]) then return {0, current} end
+"""
+    + _INSERT_RECORD
+    + """
+append_event(KEYS[6], KEYS[7], ARGV, 18, #ARGV)
+-- The chord's size first (its body counts against it), then the message, as Celery writes them.
+if ARGV[16] ~= '' then
+  redis.call('SET', KEYS[9], '1', 'EX', ARGV[16])
+else
+  redis.call('SET', KEYS[9], '1')
+end
+redis.call('LPUSH', KEYS[8], ARGV[17])
 return {gen, prev_image, prev_dv, prev_state, redis.call('HGETALL', KEYS[1])}
-""")
+"""
+)
 
 # KEYS: task, tasks, media, power, credentials, resets. ARGV: task (1-5), Celery id for a
 # released Reset, Celery id of the eject's own work. Returns {gen, previous dv, unfinished,
@@ -516,6 +567,41 @@ def _pairs(flat: list) -> dict[str, str]:
     return {_s(flat[i]): _s(flat[i + 1]) for i in range(0, len(flat), 2)}
 
 
+# Attempts of ``Store.insert_and_send`` when concurrent inserts keep taking its generation.
+INSERT_TRIES = 5
+
+
+class GenerationRace(RuntimeError):
+    """Concurrent requests on one drive took every generation an insert predicted."""
+
+    def __init__(self, system_id: str, device: str):
+        super().__init__(f"concurrent requests on {system_id} {device}: insert not recorded")
+
+
+@dataclass(frozen=True)
+class InsertWrites:
+    """What an insert writes beside its own record: its chord's message and its event log
+    entry (``EventLog.append_args``' keys and args)."""
+
+    message: Publication
+    event_keys: list[str]
+    event_args: list[str]
+
+
+def _began_insert(task_id: str, celery_id: str, reply: list) -> dict[str, Any]:
+    """begin_insert's answer from _INSERT's reply."""
+    gen, prev_image, prev_dv, prev_state, fields = reply
+    return {
+        "task": task_id,
+        "gen": int(gen),
+        "celery_id": celery_id,
+        "fields": _pairs(fields),
+        "previous_image": _s(prev_image),
+        "previous_dv": _s(prev_dv),
+        "previous_state": _s(prev_state),
+    }
+
+
 def _new_task_id() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -537,6 +623,7 @@ class Store:
         self.task_ttl = task_ttl
         self._new_task = client.register_script(_NEW_TASK)
         self._insert = client.register_script(_INSERT)
+        self._insert_and_send = client.register_script(_INSERT_AND_SEND)
         self._eject = client.register_script(_EJECT)
         self._reset = client.register_script(_RESET)
         self._release = client.register_script(_RELEASE)
@@ -661,11 +748,62 @@ class Store:
         media, credentials = pipe.execute()
         return _media_defaults(_decode(media)), _decode(credentials)
 
-    def begin_insert(
+    def begin_insert(self, system_id: str, device: str, image: str, **request: Any) -> dict:
+        """Create the InsertMedia task and record the request (a new generation) in one step;
+        ``request``: the insert's options (``_insert_request``).
+
+        Returns ``task``, ``gen``, ``celery_id`` (send the media work under it: it is recorded
+        on the task), the new task's ``fields`` and the
+        ``previous_image``/``previous_dv``/``previous_state``.
+        """
+        task_id, celery_id = _new_task_id(), _new_celery_id()
+        keys, args = self._insert_request(system_id, device, image, task_id, celery_id, **request)
+        return _began_insert(task_id, celery_id, self._insert(keys=keys, args=args))
+
+    def insert_and_send(
         self,
         system_id: str,
         device: str,
         image: str,
+        compose: Callable[[int, str, str], InsertWrites],
+        *,
+        known_gen: int,
+        **request: Any,
+    ) -> dict[str, Any]:
+        """``begin_insert``, with the insert's event and its chord's message written in the same
+        step (one round trip, all or nothing): ``compose(gen, task_id, celery_id)`` builds them
+        for the generation the insert will take, predicted from ``known_gen`` (the one the
+        caller read). When another request took that generation first nothing is written, the
+        prediction moves on and the step is tried again, ``INSERT_TRIES`` times at most.
+        """
+        task_id, celery_id = _new_task_id(), _new_celery_id()
+        keys, args = self._insert_request(system_id, device, image, task_id, celery_id, **request)
+        gen = known_gen + 1
+        for _ in range(INSERT_TRIES):
+            writes = compose(gen, task_id, celery_id)
+            message = writes.message
+            reply = self._insert_and_send(
+                keys=[*keys, *writes.event_keys, message.queue, message.chord_size_key],
+                args=[
+                    *args,
+                    str(gen),
+                    "" if message.chord_ttl is None else str(message.chord_ttl),
+                    message.message,
+                    *writes.event_args,
+                ],
+            )
+            if int(reply[0]):
+                return _began_insert(task_id, celery_id, reply)
+            gen = int(reply[1]) + 1
+        raise GenerationRace(system_id, device)
+
+    def _insert_request(
+        self,
+        system_id: str,
+        device: str,
+        image: str,
+        task_id: str,
+        celery_id: str,
         *,
         write_protected: bool = True,
         inserted: bool = True,
@@ -673,45 +811,29 @@ class Store:
         transfer_method: str = "",
         username: str = "",
         password: str = "",
-    ) -> dict[str, Any]:
-        """Create the InsertMedia task and record the request (a new generation) in one step.
-
-        Returns ``task``, ``gen``, ``celery_id`` (send the media work under it: it is recorded
-        on the task), the new task's ``fields`` and the
-        ``previous_image``/``previous_dv``/``previous_state``.
-        """
+    ) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of _INSERT."""
         image_name = image.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0]
-        task_id, celery_id = _new_task_id(), _new_celery_id()
-        gen, prev_image, prev_dv, prev_state, fields = self._insert(
-            keys=[
-                key_task(task_id),
-                KEY_TASKS,
-                key_media(system_id, device),
-                key_media_cred(system_id, device),
-                key_power(system_id),
-            ],
-            args=[
-                *self._task_args(task_id, f"InsertMedia {device}", system_id),
-                image,
-                image_name,
-                "1" if write_protected else "0",
-                "1" if inserted else "0",
-                transfer_protocol,
-                transfer_method,
-                username,
-                password,
-                celery_id,
-            ],
-        )
-        return {
-            "task": task_id,
-            "gen": int(gen),
-            "celery_id": celery_id,
-            "fields": _pairs(fields),
-            "previous_image": _s(prev_image),
-            "previous_dv": _s(prev_dv),
-            "previous_state": _s(prev_state),
-        }
+        keys = [
+            key_task(task_id),
+            KEY_TASKS,
+            key_media(system_id, device),
+            key_media_cred(system_id, device),
+            key_power(system_id),
+        ]
+        args = [
+            *self._task_args(task_id, f"InsertMedia {device}", system_id),
+            image,
+            image_name,
+            "1" if write_protected else "0",
+            "1" if inserted else "0",
+            transfer_protocol,
+            transfer_method,
+            username,
+            password,
+            celery_id,
+        ]
+        return keys, args
 
     def begin_eject(self, system_id: str, device: str) -> dict[str, Any]:
         """Create the EjectMedia task and record the eject (a new generation) in one step.

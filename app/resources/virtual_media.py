@@ -30,7 +30,7 @@ from app.resources.task_service import accepted
 from app.validate import Param, action_params, patch_object, raise_if
 from fleetfish import wire
 from fleetfish.image_policy import refusal
-from fleetfish.store import DEVICES, PENDING_STATES
+from fleetfish.store import DEVICES, PENDING_STATES, InsertWrites
 
 log = logging.getLogger("fleetfish.api")
 bp = Blueprint("virtual_media", __name__)
@@ -222,29 +222,33 @@ def start_insert(
                 return st.get_task(current["task"]) or {"id": current["task"]}
         elif current.get("health") == "OK":
             return None
-    began = st.begin_insert(
-        system_id, device, image, username=username, password=password, **options
-    )
-    gen, task_id = began["gen"], began["task"]
-    # The event and the media work go to Redis in one round trip, the event first.
-    pipe = st.r.pipeline(transaction=False)
-    events().inserted(system_id, device, redact(image), gen, pipe=pipe)
-    try:
-        if settings().legacy_sequential:
-            pipe.execute()
-            dispatch.send(
-                wire.legacy_media_chain(celery(), system_id, device, gen, image, task_id),
-                system_id,
-                began["celery_id"],
-            )
-        else:
+    if settings().legacy_sequential:
+        began = _insert_sequential(system_id, device, image, username, password, options)
+    else:
+        # The insert, its event and its chord's message: one step, one round trip.
+        composed: list[InsertWrites] = []
+
+        def compose(gen: int, task_id: str, celery_id: str) -> InsertWrites:
             chord = wire.insert_media_chord_message(
-                celery(), system_id, device, gen, image, task_id, body_id=began["celery_id"]
+                celery(), system_id, device, gen, image, task_id, body_id=celery_id
             )
-            dispatch.publish(pipe, system_id, chord)
-    except Exception:
-        _abandon(system_id, device, gen, task_id)
-        raise
+            keys, args = events().inserted_args(system_id, device, redact(image), gen)
+            composed.append(InsertWrites(chord, keys, args))
+            return composed[-1]
+
+        began = st.insert_and_send(
+            system_id,
+            device,
+            image,
+            compose,
+            known_gen=int(current.get("gen") or 0),
+            username=username,
+            password=password,
+            **options,
+        )
+        chord = composed[-1].message
+        log.info("sent %s system=%s celery_id=%s", chord.name, system_id, chord.task_id)
+    gen, task_id = began["gen"], began["task"]
     # The chord's release runs under the Celery id the Store recorded (the reaper resends it).
     log.info(
         "InsertMedia %s gen=%s task=%s system=%s release=%s",
@@ -255,6 +259,30 @@ def start_insert(
         began["celery_id"],
     )
     return began["fields"]
+
+
+def _insert_sequential(
+    system_id: str, device: str, image: str, username: str, password: str, options: dict
+) -> dict:
+    """The sequential mode's insert: record it, then send the media chain on its own."""
+    st = store()
+    began = st.begin_insert(
+        system_id, device, image, username=username, password=password, **options
+    )
+    gen, task_id = began["gen"], began["task"]
+    pipe = st.r.pipeline(transaction=False)
+    events().inserted(system_id, device, redact(image), gen, pipe=pipe)
+    try:
+        pipe.execute()
+        dispatch.send(
+            wire.legacy_media_chain(celery(), system_id, device, gen, image, task_id),
+            system_id,
+            began["celery_id"],
+        )
+    except Exception:
+        _abandon(system_id, device, gen, task_id)
+        raise
+    return began
 
 
 def _same_credentials(stored: dict[str, str], given: dict[str, str]) -> bool:

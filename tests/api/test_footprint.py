@@ -12,6 +12,8 @@ import redis
 from api_helpers import ADMIN, EJECT_URI, INSERT_URI, RESET_URI
 from celery.result import AsyncResult
 
+from fleetfish.celery_config import MEDIA_QUEUE
+
 REPO = Path(__file__).resolve().parents[2]
 FORBIDDEN = ("kubernetes", "workers", "tasks", "requests")
 PROBE = """
@@ -84,8 +86,8 @@ def _redis_commands(redis_url: str, call) -> list[str]:
 
 def test_insert_media_and_reset_cost_few_redis_commands(client, systems, redis_url):
     """Each Ironic call costs the API CPU per Redis command, and Ironic sends them for every
-    node at once. InsertMedia: the system, the slot and its credentials, one script that
-    records the request, the event log, the chord counter and the message (no "task-sent"
+    node at once. InsertMedia: the system, the slot and its credentials, then one script that
+    records the request, its event, the chord counter and the message (no "task-sent"
     event: Flower shows a task from the worker's events).
     A deferred Reset: the system, one script, the event log."""
     image = "http://192.0.2.10:8080/redfish/boot-{}.iso"
@@ -103,7 +105,9 @@ def test_insert_media_and_reset_cost_few_redis_commands(client, systems, redis_u
         redis_url,
         lambda: client.post(RESET_URI, json={"ResetType": "On"}, headers=ADMIN),
     )
-    assert "EVALSHA" in insert and "LPUSH" in insert
-    assert len(insert) <= 8, " ".join(insert)
+    assert insert.count("EVALSHA") == 1 and "LPUSH" not in insert, " ".join(insert)
+    assert len(insert) <= 4, " ".join(insert)
+    # ... and that one script queued the media work.
+    assert redis.Redis.from_url(redis_url).llen(MEDIA_QUEUE) == 2
     assert "PUBLISH" not in insert
     assert len(reset) <= 3, " ".join(reset)

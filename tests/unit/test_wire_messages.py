@@ -8,6 +8,7 @@ import re
 
 import pytest
 import redis
+from celery.utils.saferepr import saferepr
 
 from app.dispatch import make_celery
 from fleetfish import wire
@@ -94,3 +95,31 @@ def test_the_direct_chord_names_the_import_it_queued(redis_url):
     [raw] = client.lrange(MEDIA_QUEUE, 0, -1)
     client.close()
     assert json.loads(raw)["headers"]["id"] == publication.task_id
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        {},
+        ARGS,
+        ("ns.node-1", "On", "task-9"),
+        ("ns.node-1", 7),
+        ('http://[2001:db8::1]:8080/boot-ü.iso?token=a%20b&x="y"',),
+        ("it's",),
+        ("back\\slash",),
+        ("line\nbreak", 1),
+        ("tab\there",),
+        ("x" * 510,),
+        ("x" * 2000, 3),
+        (True, None, 1.5),
+        (("nested", 1),),
+        ({"since": 1.5},),
+        {"since": 12.25},
+    ],
+    ids=lambda args: repr(args)[:24],
+)
+def test_the_arguments_are_shown_as_celery_shows_them(args):
+    app = make_celery(Settings(redis_url="redis://127.0.0.1:1/0"))
+    maxlevels = app.conf.task_repr_maxlevels
+    assert wire.args_repr(args, maxlevels) == saferepr(args, 1024, maxlevels=maxlevels)
