@@ -101,6 +101,9 @@ def own_addresses(settings: Settings) -> tuple[str, ...]:
     return tuple(hosts)
 
 
+# A pure function of its arguments (no name lookups), asked on every InsertMedia for the same
+# few image hosts; bounded, as the hosts come from requests.
+@functools.lru_cache(maxsize=1024)
 def refusal(host: str, settings: Settings) -> str:
     """Why fleetfish will not fetch from ``host`` ('' when it may).
 

@@ -225,40 +225,53 @@ def start_insert(
     if settings().legacy_sequential:
         began = _insert_sequential(system_id, device, image, username, password, options)
     else:
-        # The insert, its event and its chord's message: one step, one round trip.
-        composed: list[InsertWrites] = []
+        known_gen = int(current.get("gen") or 0)
+        began = _insert_and_send(system_id, device, image, username, password, known_gen, options)
+    return began["fields"]
 
-        def compose(gen: int, task_id: str, celery_id: str) -> InsertWrites:
-            chord = wire.insert_media_chord_message(
-                celery(), system_id, device, gen, image, task_id, body_id=celery_id
-            )
-            keys, args = events().inserted_args(system_id, device, redact(image), gen)
-            composed.append(InsertWrites(chord, keys, args))
-            return composed[-1]
 
-        began = st.insert_and_send(
-            system_id,
-            device,
-            image,
-            compose,
-            known_gen=int(current.get("gen") or 0),
-            username=username,
-            password=password,
-            **options,
+def _insert_and_send(
+    system_id: str,
+    device: str,
+    image: str,
+    username: str,
+    password: str,
+    known_gen: int,
+    options: dict,
+) -> dict:
+    """The insert, its event and its chord's message: one step, one round trip."""
+    composed: list[InsertWrites] = []
+
+    def compose(gen: int, task_id: str, celery_id: str) -> InsertWrites:
+        chord = wire.insert_media_chord_message(
+            celery(), system_id, device, gen, image, task_id, body_id=celery_id
         )
-        chord = composed[-1].message
-        log.info("sent %s system=%s celery_id=%s", chord.name, system_id, chord.task_id)
-    gen, task_id = began["gen"], began["task"]
-    # The chord's release runs under the Celery id the Store recorded (the reaper resends it).
-    log.info(
-        "InsertMedia %s gen=%s task=%s system=%s release=%s",
-        image,
-        gen,
-        task_id,
+        keys, args = events().inserted_args(system_id, device, redact(image), gen)
+        composed.append(InsertWrites(chord, keys, args))
+        return composed[-1]
+
+    began = store().insert_and_send(
         system_id,
+        device,
+        image,
+        compose,
+        known_gen=known_gen,
+        username=username,
+        password=password,
+        **options,
+    )
+    # One line names both Celery ids: the import's, and the chord's release, under the id the
+    # Store recorded (the reaper resends it under that id).
+    log.info(
+        "InsertMedia %s gen=%s task=%s system=%s sent media.import celery_id=%s release=%s",
+        image,
+        began["gen"],
+        began["task"],
+        system_id,
+        composed[-1].message.task_id,
         began["celery_id"],
     )
-    return began["fields"]
+    return began
 
 
 def _insert_sequential(
@@ -282,6 +295,7 @@ def _insert_sequential(
     except Exception:
         _abandon(system_id, device, gen, task_id)
         raise
+    log.info("InsertMedia %s gen=%s task=%s system=%s sequential", image, gen, task_id, system_id)
     return began
 
 
