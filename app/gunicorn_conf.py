@@ -8,6 +8,7 @@ Plain os.environ reads only: this file is loaded before the app's packages are i
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import sys
@@ -109,6 +110,15 @@ proc_name = "fleetfish-api"
 # gunicorn >= 25 opens a control socket at one fixed per-user path; several API instances on one
 # host (lab, tests) would fight over it, and nothing here uses gunicornc.
 control_socket_disable = True
+
+
+def lean_log_records() -> None:
+    """The API's log format (``logconfig_dict``) names no thread or process: logging's
+    documented switches spare gathering them for every record (each Ironic call logs a line)."""
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+
+
+lean_log_records()
 
 logconfig_dict = {
     "version": 1,

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import bcrypt
 
-from app import create_app
+from app import create_app, gunicorn_conf
 from fleetfish.mirror import mirror_doc
 from fleetfish.settings import Settings
 from fleetfish.store import Store
@@ -93,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         users.write_text(
             f'users:\n  - name: admin\n    password_hash: "{digest}"\n    role: Administrator\n'
         )
+        # The logging switches gunicorn's configuration sets in the API's processes.
+        gunicorn_conf.lean_log_records()
         app = create_app(Settings(redis_url=redis_server.url, users_file=str(users)))
         store = Store.from_url(redis_server.url)
         client = app.test_client()
