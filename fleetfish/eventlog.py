@@ -50,6 +50,18 @@ def _inserted(device: str, image: str, gen: int) -> dict[str, Any]:
     }
 
 
+def _import_progress(device: str, gen: int, name: str, pct: float) -> dict[str, Any]:
+    """An import's entry, marked so that each milestone of a generation is logged once."""
+    milestone = import_milestone(pct)
+    if milestone == 0:
+        text = f"Import of {name} started"
+    elif milestone == 100:
+        text = f"Import of {name} finished (100%)"
+    else:
+        text = f"Import of {name}: {milestone}%"
+    return {"kind": IMPORT, "message": text, "mark": (f"import:{device}", f"{gen}:{milestone}")}
+
+
 def import_milestone(percent: float) -> int:
     """The highest milestone ``percent`` reached (0 below the first)."""
     reached = [m for m in IMPORT_MILESTONES if percent >= m]
@@ -157,14 +169,13 @@ class EventLog:
 
     def import_progress(self, system_id: str, device: str, gen: int, name: str, pct: float) -> None:
         """Import started (below 25 %) and its 25/50/75/100 % milestones, once each per insert."""
-        milestone = import_milestone(pct)
-        if milestone == 0:
-            text = f"Import of {name} started"
-        elif milestone == 100:
-            text = f"Import of {name} finished (100%)"
-        else:
-            text = f"Import of {name}: {milestone}%"
-        self.add(system_id, IMPORT, text, mark=(f"import:{device}", f"{gen}:{milestone}"))
+        self.add(system_id, **_import_progress(device, gen, name, pct))
+
+    def import_progress_args(
+        self, system_id: str, device: str, gen: int, name: str, pct: float
+    ) -> tuple[list[str], list[str]]:
+        """``import_progress``'s append as KEYS and ARGV (written with the progress itself)."""
+        return self.append_args(system_id, **_import_progress(device, gen, name, pct))
 
     def deferred(self, system_id: str, action: str, task_id: str) -> None:
         self.add(

@@ -527,6 +527,25 @@ return 1
 """
 
 
+# An import's progress, while its generation is current: on the media, on its Redfish task
+# (unless that ended) and, at a milestone, in the event log; one step. KEYS: media, task,
+# event log, its meta. ARGV: gen, progress, updated, how many task field/value items follow,
+# those items, then the event (APPEND_EVENT_LUA's args). Returns 0 when the work is stale.
+_IMPORT_PROGRESS = _with_task_lua(
+    APPEND_EVENT_LUA
+    + """
+if (redis.call('HGET', KEYS[1], 'gen') or '0') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'progress', ARGV[2], 'updated', ARGV[3])
+local items = tonumber(ARGV[4])
+local state = redis.call('HGET', KEYS[2], 'state')
+if items > 0 and state and not ENDED[state] then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 5, 4 + items))
+end
+append_event(KEYS[3], KEYS[4], ARGV, 5 + items, #ARGV)
+return 1
+"""
+)
+
 # One delivery per run of a Celery task (workers.taskutil.single_delivery). KEYS: the run's
 # marker, the task's final marker. ARGV: TTL. One round trip per claim:
 # 'finished' (the task already returned or failed), 'done' (this run already ran), 'running'
@@ -631,6 +650,7 @@ class Store:
         self._take_reset = client.register_script(_TAKE_RESET)
         self._resend_reset = client.register_script(_RESEND_RESET)
         self._update_if_gen = client.register_script(_UPDATE_IF_GEN)
+        self._import_progress = client.register_script(_IMPORT_PROGRESS)
         self._update_task = client.register_script(_UPDATE_TASK)
         self._claim_run = client.register_script(_CLAIM_RUN)
         self._end_run = client.register_script(_END_RUN)
@@ -907,6 +927,36 @@ class Store:
                 value = "1" if value else "0"
             args += [name, _s(value)]
         return bool(self._update_if_gen(keys=[key_media(system_id, device)], args=args))
+
+    def import_progress(
+        self,
+        system_id: str,
+        device: str,
+        gen: int,
+        progress: str,
+        task_id: str,
+        task_fields: dict[str, Any],
+        event: tuple[list[str], list[str]],
+    ) -> bool:
+        """An import's progress on the media (``progress``), its Redfish task (``task_fields``,
+        unless the task ended) and the event log (``event``: ``EventLog``'s append keys and
+        args, logged once per mark), in one step; False (nothing written) when ``gen`` is no
+        longer current."""
+        items = [part for name, value in task_fields.items() for part in (name, _s(value))]
+        event_keys, event_args = event
+        return bool(
+            self._import_progress(
+                keys=[key_media(system_id, device), key_task(task_id), *event_keys],
+                args=[
+                    str(gen),
+                    progress,
+                    str(time.time()),
+                    str(len(items) if task_id else 0),
+                    *(items if task_id else []),
+                    *event_args,
+                ],
+            )
+        )
 
     def fail_media(
         self, system_id: str, device: str, gen: int, reason: str, task_id: str = ""

@@ -72,16 +72,13 @@ IMPORT_PERCENT_SHARE = 90
 def report_import_progress(
     store, events, system_id: str, device: str, gen, task_id: str, image: str, shown: float
 ) -> bool:
-    """Import progress onto the media hash, the Redfish task and the event log; False when a
-    newer media request superseded generation ``gen``."""
-    if not store.update_media(system_id, device, gen, progress=f"{shown:.1f}"):
-        return False
+    """Import progress onto the media hash, the Redfish task and the event log (one Redis
+    step); False when a newer media request superseded generation ``gen``."""
     name = image.rsplit("/", 1)[-1]
-    store.update_task(
-        task_id,
-        state="Running",
-        percent=int(shown * IMPORT_PERCENT_SHARE / 100),
-        message=f"Importing {name}: {shown:.1f}%",
-    )
-    events.import_progress(system_id, device, gen, name, shown)
-    return True
+    task = {
+        "state": "Running",
+        "percent": int(shown * IMPORT_PERCENT_SHARE / 100),
+        "message": f"Importing {name}: {shown:.1f}%",
+    }
+    event = events.import_progress_args(system_id, device, gen, name, shown)
+    return store.import_progress(system_id, device, gen, f"{shown:.1f}", task_id, task, event)
