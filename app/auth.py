@@ -24,6 +24,7 @@ import yaml
 from flask import Flask, current_app, g, request
 
 from app.bcrypt_budget import BcryptBudget
+from app.context import prefetch_system, system_reads
 from app.errors import RedfishError
 from app.scope import Scope
 from fleetfish.accounts import AccountStore
@@ -350,7 +351,11 @@ def install(app: Flask) -> None:
         token = request.headers.get("X-Auth-Token")
         if token:
             sessions = current_app.extensions["fleetfish.sessions"]
-            session = sessions.touch(token)
+            # The system the view reads first comes in the session's round trip.
+            reads = system_reads()
+            session, _ = sessions.touch(
+                token, also=(lambda pipe: prefetch_system(pipe, reads)) if reads else None
+            )
             user = users.get(session["user"]) if session else None
             if user is None or not user.enabled or session.get("epoch", "") != user.epoch:
                 # The account is gone, disabled or has a new password: the session ends now.

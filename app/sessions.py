@@ -22,6 +22,8 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+from collections.abc import Callable
+from typing import Any
 
 import redis
 
@@ -79,8 +81,14 @@ class Sessions:
         pipe.execute()
         return token, session
 
-    def touch(self, token: str) -> dict[str, str] | None:
-        """The session of a token, its inactivity timer restarted; None when unknown or expired."""
+    def touch(
+        self,
+        token: str,
+        also: Callable[[redis.client.Pipeline], Callable[[list], Any]] | None = None,
+    ) -> tuple[dict[str, str] | None, Any]:
+        """The session of a token, its inactivity timer restarted (None when unknown or expired),
+        and what ``also`` read: ``also(pipe)`` queues reads of its own in the same round trip
+        and returns what turns their replies into its answer (None without ``also``)."""
         token_hash = _hash(token)
         # Every call with a token comes here: one round trip, and no MULTI/EXEC around it
         # (nothing needs the three commands atomic: an EXPIRE of a session deleted meanwhile
@@ -89,8 +97,9 @@ class Sessions:
         pipe.hgetall(_key_session(token_hash))
         pipe.expire(_key_session(token_hash), self.timeout)
         pipe.expire(_key_session_id(token_hash[:16]), self.timeout)
-        session = pipe.execute()[0]
-        return session or None
+        decode = also(pipe) if also is not None else None
+        replies = pipe.execute()
+        return replies[0] or None, decode(replies[3:]) if decode is not None else None
 
     def get(self, session_id: str) -> dict[str, str] | None:
         token_hash = self.r.get(_key_session_id(session_id))

@@ -687,18 +687,31 @@ class Store:
         """Per system: its mirror document (None when gone) followed by the named hashes
         (``SYSTEM_HASHES``: "power", "boot", "media" and "media_credentials" of Cd), all in one
         pipelined round trip."""
+        if not system_ids:
+            return []
         pipe = self.r.pipeline(transaction=False)
+        decode = self.queue_systems_with(pipe, system_ids, *extra)
+        return decode(pipe.execute())
+
+    def queue_systems_with(
+        self, pipe: redis.client.Pipeline, system_ids: list[str], *extra: str
+    ) -> Callable[[list], list[tuple]]:
+        """``systems_with``'s reads queued on ``pipe`` (with whatever else it carries); returns
+        what turns their replies into ``systems_with``'s answer."""
         for system_id in system_ids:
             pipe.get(key_system(system_id))
             for name in extra:
                 pipe.hgetall(SYSTEM_HASHES[name](system_id))
-        replies = pipe.execute() if system_ids else []
         step = 1 + len(extra)
-        found = []
-        for index in range(len(system_ids)):
-            raw, *hashes = replies[index * step : (index + 1) * step]
-            found.append((json.loads(raw) if raw else None, *(_decode(h) for h in hashes)))
-        return found
+
+        def decode(replies: list) -> list[tuple]:
+            found = []
+            for index in range(len(system_ids)):
+                raw, *hashes = replies[index * step : (index + 1) * step]
+                found.append((json.loads(raw) if raw else None, *(_decode(h) for h in hashes)))
+            return found
+
+        return decode
 
     def mirror_synced(self) -> tuple[str, int]:
         """When the watcher last listed the cluster ('' never) and how many systems it found."""

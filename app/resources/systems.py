@@ -10,6 +10,7 @@ from app import dispatch, http_boot, query
 from app.context import (
     celery,
     events,
+    reads_system,
     settings,
     store,
     visible_system,
@@ -146,11 +147,13 @@ def systems():
 
 
 @bp.get(f"{SYSTEMS}/<system_id>")
+@reads_system("power", "boot")
 def system(system_id: str):
     return resource(_current(system_id), allow=SYSTEM_ALLOW)
 
 
 @bp.patch(f"{SYSTEMS}/<system_id>")
+@reads_system("power", "boot")
 def patch_system(system_id: str):
     doc, power, stored_boot = visible_system_with(system_id, "power", "boot")
     current = finalize(render_system(doc, power, stored_boot))
@@ -226,6 +229,7 @@ def button_action(system_id: str) -> str:
 
 
 @bp.post(f"{SYSTEMS}/<system_id>/Actions/ComputerSystem.Reset")
+@reads_system()
 def reset(system_id: str):
     visible_system(system_id)
     params = action_params(

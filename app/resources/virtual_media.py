@@ -18,6 +18,7 @@ from app.context import (
     celery,
     events,
     not_found,
+    reads_system,
     settings,
     store,
     visible_system,
@@ -111,6 +112,7 @@ def media_collection(system_id: str):
 
 
 @bp.get("/<system_id>/VirtualMedia/<device>")
+@reads_system("media")
 def media(system_id: str, device: str):
     if device not in DEVICES:
         visible_system(system_id)  # an unknown system is the 404 to report first
@@ -173,6 +175,7 @@ def check_image(image: str) -> ImageURL:
 
 
 @bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{INSERT}")
+@reads_system("media", "media_credentials")
 def insert_media(system_id: str, device: str):
     # The system, its medium and the medium's credentials in one round trip.
     _, media, credentials = visible_system_with(system_id, "media", "media_credentials")
@@ -317,6 +320,7 @@ def _abandon(system_id: str, device: str, gen: int, task_id: str) -> None:
 
 
 @bp.post(f"/<system_id>/VirtualMedia/<device>/Actions/{EJECT}")
+@reads_system("media")
 def eject_media(system_id: str, device: str):
     _, current = visible_system_with(system_id, "media")
     device = _device(device)

@@ -9,9 +9,18 @@ import sys
 from pathlib import Path
 
 import redis
-from api_helpers import ADMIN, EJECT_URI, INSERT_URI, RESET_URI
+from api_helpers import (
+    ADMIN,
+    CD_URI,
+    EJECT_URI,
+    INSERT_URI,
+    PASSWORDS,
+    RESET_URI,
+    SYS_URI,
+)
 from celery.result import AsyncResult
 
+from app.auth import SESSIONS_PATH
 from fleetfish.celery_config import MEDIA_QUEUE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,3 +120,53 @@ def test_insert_media_and_reset_cost_few_redis_commands(client, systems, redis_u
     assert redis.Redis.from_url(redis_url).llen(MEDIA_QUEUE) == 2
     assert "PUBLISH" not in insert
     assert len(reset) <= 3, " ".join(reset)
+
+
+def _round_trips(app, call) -> tuple[int, object]:
+    """Round trips of the app's Redis client while ``call`` ran (one connection checkout per
+    command or pipeline), and what ``call`` returned."""
+    pool = app.extensions["fleetfish.store"].r.connection_pool
+    checkouts = 0
+    checkout = pool.get_connection
+
+    def counted(*args, **kwargs):
+        nonlocal checkouts
+        checkouts += 1
+        return checkout(*args, **kwargs)
+
+    pool.get_connection = counted
+    try:
+        answer = call()
+    finally:
+        pool.get_connection = checkout
+    return checkouts, answer
+
+
+def test_a_session_call_reads_its_system_in_the_session_round_trip(app, client, systems):
+    """Ironic authenticates by session: the token check and the system the call reads first
+    share one round trip (GET system or media: nothing else; InsertMedia: its one script)."""
+    login = client.post(SESSIONS_PATH, json={"UserName": "admin", "Password": PASSWORDS["admin"]})
+    token = {"X-Auth-Token": login.headers["X-Auth-Token"]}
+
+    def calls(round_: int) -> dict:
+        image = {"Image": f"http://192.0.2.10:8080/redfish/boot-{round_}.iso"}
+        return {
+            "GET system": lambda: client.get(SYS_URI, headers=token),
+            "GET media": lambda: client.get(CD_URI, headers=token),
+            "InsertMedia": lambda: client.post(INSERT_URI, json=image, headers=token),
+            "EjectMedia": lambda: client.post(EJECT_URI, json={}, headers=token),
+            "Reset": lambda: client.post(RESET_URI, json={"ResetType": "ForceOff"}, headers=token),
+        }
+
+    # A first round loads the scripts (a fresh Redis answers NOSCRIPT once per script).
+    for call in calls(0).values():
+        call()
+    trips = {}
+    for name, call in calls(1).items():
+        trips[name], answer = _round_trips(app, call)
+        assert answer.status_code in (200, 202, 204), (name, answer.get_json())
+    assert trips["GET system"] == 1 and trips["GET media"] == 1, trips
+    assert trips["InsertMedia"] == 2, trips
+    # The answers are the system's: another system's reads are never taken for them.
+    other = client.get(SYS_URI.replace(SYS_URI.rsplit("/", 1)[1], systems[1]), headers=token)
+    assert other.get_json()["Id"] == systems[1]
