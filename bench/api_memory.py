@@ -83,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--callees", metavar="REGEX", help="with --profile: what the matching functions call"
     )
+    parser.add_argument(
+        "--session",
+        action="store_true",
+        help="authenticate by session token, as Ironic (sushy) does, instead of Basic",
+    )
     args = parser.parse_args(argv)
 
     workdir = Path(tempfile.mkdtemp(prefix="ff-api-memory-"))
@@ -98,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         app = create_app(Settings(redis_url=redis_server.url, users_file=str(users)))
         store = Store.from_url(redis_server.url)
         client = app.test_client()
-        auth = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()}
+        basic = {
+            "Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
+        }
+        auth = dict(basic)
         system = f"/redfish/v1/Systems/{SYSTEM}"
         media = f"{system}/VirtualMedia/Cd"
         boot = {"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}
@@ -106,6 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         def reseed() -> None:
             store.r.flushdb()
             store.put_system(mirror_doc(_vm(), None))
+            if args.session:  # the flush ended the session: a new one, as sushy would log in
+                login = {"UserName": "admin", "Password": PASSWORD}
+                answer = client.post("/redfish/v1/SessionService/Sessions", json=login)
+                auth.clear()
+                auth["X-Auth-Token"] = answer.headers["X-Auth-Token"]
 
         cpu_seconds: Counter = Counter()
         client_cpu_seconds: Counter = Counter()
