@@ -64,8 +64,8 @@ def system_reads() -> tuple[str, tuple[str, ...]] | None:
 
 
 def prefetch_system(pipe, reads: tuple[str, tuple[str, ...]]) -> Callable[[list], None]:
-    """Queue ``reads`` on ``pipe``; their answer is kept for the view's
-    ``visible_system_with``."""
+    """Queue ``reads`` on ``pipe`` (a pipeline of the Store's client: the sessions use the same
+    one); their answer is kept for the view's ``visible_system_with``."""
     system_id, extra = reads
     decode = store().queue_systems_with(pipe, [system_id], *extra)
 

@@ -146,8 +146,16 @@ def register_error_handlers(app: Flask) -> None:
     app.register_error_handler(redis.exceptions.ConnectionError, _unavailable)
     app.register_error_handler(redis.exceptions.TimeoutError, _unavailable)
     app.register_error_handler(kombu.exceptions.OperationalError, _unavailable)
-    # Requests on one drive racing faster than an insert can record itself: retry shortly.
-    app.register_error_handler(GenerationRace, _unavailable)
+
+    @app.errorhandler(GenerationRace)
+    def _race(exc: GenerationRace):
+        # Requests on one drive racing faster than an insert can record itself: retry shortly.
+        log.warning("%s on %s %s", exc, request.method, request.path)
+        return error_response(
+            503,
+            [message("ServiceTemporarilyUnavailable", [RETRY_AFTER_SECONDS])],
+            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

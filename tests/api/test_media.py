@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+import app.resources.virtual_media as views
 from app import create_app
 from fleetfish.settings import Settings
+from fleetfish.store import key_media
 from tests.api.api_helpers import ADMIN, CD_URI, EJECT_URI, INSERT_URI, ISO, SYS, error_ids, related
 
 MANAGER_CD = f"/redfish/v1/Managers/{SYS}/VirtualMedia/Cd"
@@ -202,3 +204,21 @@ def test_legacy_mode_sends_the_plain_chain(redis_url, users_file, systems, queue
     ).test_client()
     assert client.post(INSERT_URI, json={"Image": ISO}, headers=ADMIN).status_code == 202
     assert queues.names("fleetfish.media") == ["media.import"]
+
+
+def test_an_insert_outraced_on_its_drive_answers_503_and_records_nothing(
+    client, systems, store, monkeypatch
+):
+    build = views.wire.insert_media_chord_message
+
+    def racing(*args, **kwargs):
+        # Another request on the same drive takes the generation every time this one is built.
+        store.r.hincrby(key_media(SYS, "Cd"), "gen", 1)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(views.wire, "insert_media_chord_message", racing)
+    resp = client.post(INSERT_URI, json={"Image": ISO}, headers=ADMIN)
+    assert resp.status_code == 503 and resp.headers["Retry-After"]
+    assert error_ids(resp) == ["ServiceTemporarilyUnavailable"]
+    assert store.task_ids() == []
+    assert store.get_media(SYS).get("image", "") == ""
