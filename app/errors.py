@@ -131,13 +131,16 @@ def register_error_handlers(app: Flask) -> None:
             headers["WWW-Authenticate"] = 'Basic realm="fleetfish"'
         return error_response(exc.code or 500, _http_messages(exc), headers)
 
-    def _unavailable(exc: Exception):
-        log.warning("backend unavailable on %s %s: %s", request.method, request.path, exc)
+    def _retry_later() -> Response:
         return error_response(
             503,
             [message("ServiceTemporarilyUnavailable", [RETRY_AFTER_SECONDS])],
             {"Retry-After": str(RETRY_AFTER_SECONDS)},
         )
+
+    def _unavailable(exc: Exception):
+        log.warning("backend unavailable on %s %s: %s", request.method, request.path, exc)
+        return _retry_later()
 
     # Redis (state store and broker) unreachable or too slow: the caller may retry later.
     # LOADING (a restarted Redis reading a large dataset) is the same for a caller; named
@@ -151,11 +154,7 @@ def register_error_handlers(app: Flask) -> None:
     def _race(exc: GenerationRace):
         # Requests on one drive racing faster than an insert can record itself: retry shortly.
         log.warning("%s on %s %s", exc, request.method, request.path)
-        return error_response(
-            503,
-            [message("ServiceTemporarilyUnavailable", [RETRY_AFTER_SECONDS])],
-            {"Retry-After": str(RETRY_AFTER_SECONDS)},
-        )
+        return _retry_later()
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception):

@@ -103,10 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         app = create_app(Settings(redis_url=redis_server.url, users_file=str(users)))
         store = Store.from_url(redis_server.url)
         client = app.test_client()
-        basic = {
-            "Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
-        }
-        auth = dict(basic)
+        auth = {"Authorization": "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()}
         system = f"/redfish/v1/Systems/{SYSTEM}"
         media = f"{system}/VirtualMedia/Cd"
         boot = {"Boot": {"BootSourceOverrideTarget": "Cd", "BootSourceOverrideEnabled": "Once"}}

@@ -167,14 +167,12 @@ class EventLog:
         """``inserted``'s append as KEYS and ARGV (InsertMedia writes it with its insert)."""
         return self.append_args(system_id, **_inserted(device, image, gen))
 
-    def import_progress(self, system_id: str, device: str, gen: int, name: str, pct: float) -> None:
-        """Import started (below 25 %) and its 25/50/75/100 % milestones, once each per insert."""
-        self.add(system_id, **_import_progress(device, gen, name, pct))
-
     def import_progress_args(
         self, system_id: str, device: str, gen: int, name: str, pct: float
     ) -> tuple[list[str], list[str]]:
-        """``import_progress``'s append as KEYS and ARGV (written with the progress itself)."""
+        """An import's entry as KEYS and ARGV of the append, written with the progress itself
+        (``Store.import_progress``): started (below 25 %) and its 25/50/75/100 % milestones,
+        once each per insert."""
         return self.append_args(system_id, **_import_progress(device, gen, name, pct))
 
     def deferred(self, system_id: str, action: str, task_id: str) -> None:
