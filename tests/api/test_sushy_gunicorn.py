@@ -160,3 +160,49 @@ def test_an_ironic_like_client_logs_its_session_out_when_closed(gunicorn, store)
     node.close()
     assert list(store.r.scan_iter("ff:sess:*")) == []
     node.close()  # a second close has nothing to log out
+
+
+def _answered(sock: socket.socket) -> bytes:
+    """Everything the server sent on ``sock`` until it closed its side."""
+    reply = b""
+    while chunk := sock.recv(65536):
+        reply += chunk
+    return reply
+
+
+def test_a_client_slow_to_hang_up_does_not_hold_the_process(redis_url, users_file, tmp_path):
+    """sushy asks for ``Connection: close`` and its threads hang up when they next get the
+    interpreter; the one process must take the next call meanwhile, not wait for that hang-up
+    (gunicorn's lingering close waits up to 2 s per connection for it)."""
+    with running_gunicorn(redis_url, users_file, tmp_path) as (port, _):
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as lingering:
+            lingering.sendall(b"GET /redfish/v1/ HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            assert _answered(lingering).startswith(b"HTTP/1.1 200")
+            # Answered and half-closed by the server; this client has not hung up yet. Well
+            # under the 2 s linger, the next call is answered.
+            reply = requests.get(
+                f"http://127.0.0.1:{port}/redfish/v1/", headers={"Connection": "close"}, timeout=1
+            )
+            assert reply.status_code == 200
+
+
+def test_an_answer_given_before_the_body_was_read_still_arrives_whole(
+    redis_url, users_file, tmp_path
+):
+    """A call refused before its body is read (no credentials) leaves that body unread: the
+    server takes the lingering close for it (drain, then close), and the client gets the whole
+    answer and the end of the connection."""
+    body = b'{"ResetType": "On", "Padding": "' + b"x" * 60000 + b'"}'
+    head = (
+        f"POST {SYS_URI}/Actions/ComputerSystem.Reset HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
+    ).encode()
+    with running_gunicorn(redis_url, users_file, tmp_path) as (port, _):
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as client:
+            client.sendall(head + body)
+            reply = _answered(client)
+    status, _, rest = reply.partition(b"\r\n")
+    assert status.startswith(b"HTTP/1.1 401"), status
+    length = int(re.search(rb"Content-Length: (\d+)", rest, re.I).group(1))
+    assert len(rest.split(b"\r\n\r\n", 1)[1]) == length
