@@ -4,7 +4,9 @@ The machine's speed drifts by about 10% from one hour to the next, more than the
 judged, so one run of each side says little. This runs ``bench.fleet`` for this checkout and for
 ``--ref`` (a git worktree of that commit, with this checkout's ``bench/`` copied in, as
 ``make bench-reference`` does) alternately, ``--rounds`` times per size, and prints each run's
-fleetfish CPU per provisioned node, the means and their ratio. Results: ``--out``/<side>-n<N>-r<k>.
+fleetfish CPU per provisioned node, the means and their ratio, over the whole run and while the
+calls ran (the issue's two windows). Results: ``--out``/<side>-n<N>-r<k>; ``--summarize`` prints
+the summary of runs already in ``--out`` without running anything.
 """
 
 from __future__ import annotations
@@ -22,9 +24,13 @@ from bench.report import cpu_per_node
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = "8dc8dbe"  # the code before the DataVolume watch: the reference of the cost target
+# The CPU windows of a run's results.json, by the name the summary prints.
+WINDOWS = {"whole run": "cpu_whole_run", "while the calls ran": "cpu_during_calls"}
+
+PerWindow = dict[str, float]  # CPU per provisioned node in each of WINDOWS
 
 
-def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> float | None:
+def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> PerWindow | None:
     """One ``bench.fleet`` run of the code in ``cwd``; its CPU per provisioned node, None when
     it wrote no results or not every node booted its ISO (its report says why)."""
     command = [
@@ -36,13 +42,18 @@ def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> float |
     shutil.rmtree(out, ignore_errors=True)  # a run that writes nothing must not read an old one
     # bench.fleet exits 1 when a target FAILs: the run still counts, its results say why.
     subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, check=False)
+    return read_run(out)
+
+
+def read_run(out: Path) -> PerWindow | None:
+    """The CPU per provisioned node of the run in ``out``, per window; None as in fleet_run."""
     results = out / "results.json"
     if not results.exists():
         return None
     run = json.loads(results.read_text())["results"][0]
     if run.get("cdrom_boots") != run.get("n"):
         return None
-    return cpu_per_node(run, "cpu_whole_run")
+    return {name: cpu_per_node(run, key) for name, key in WINDOWS.items()}
 
 
 def reference_worktree(ref: str, path: Path) -> Path:
@@ -58,7 +69,7 @@ def reference_worktree(ref: str, path: Path) -> Path:
 Round = dict[str, float | None]  # {"this": CPU per node, "ref": ...}; None: no usable run
 
 
-def summary_lines(ref: str, per_size: dict[int, list[Round]]) -> list[str]:
+def summary_lines(ref: str, per_size: dict[int, list[Round]], window: str = "") -> list[str]:
     """Per size: each round's pair, and the means over the rounds where both sides ran."""
     lines = []
     for size, rounds in sorted(per_size.items()):
@@ -66,7 +77,8 @@ def summary_lines(ref: str, per_size: dict[int, list[Round]]) -> list[str]:
             "/".join("-" if r[side] is None else f"{r[side]:.3f}" for side in ("this", "ref"))
             for r in rounds
         )
-        line = f"N={size}: this/reference per round {shown or 'none'}"
+        label = f"N={size} {window}" if window else f"N={size}"
+        line = f"{label}: this/reference per round {shown or 'none'}"
         complete = [r for r in rounds if r["this"] is not None and r["ref"] is not None]
         if complete:
             mine = statistics.mean(r["this"] for r in complete)
@@ -86,31 +98,55 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--import-seconds", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=REPO / "var" / "bench-compare")
+    parser.add_argument(
+        "--summarize", action="store_true", help="print the summary of the runs in --out only"
+    )
     args = parser.parse_args(argv)
     args.out = args.out.resolve()  # the runs work in other directories
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    runs: dict[int, list[dict[str, PerWindow | None]]] = {n: [] for n in sizes}
+    if args.summarize:
+        for size in sizes:
+            for k in range(1, args.rounds + 1):
+                runs[size].append(
+                    {side: read_run(args.out / f"{side}-n{size}-r{k}") for side in ("this", "ref")}
+                )
+    else:
+        run_rounds(args, sizes, runs)
+    for window in WINDOWS:
+        per_size = {
+            size: [{side: (r[side] or {}).get(window) for side in r} for r in rounds]
+            for size, rounds in runs.items()
+        }
+        for line in summary_lines(args.ref, per_size, window):
+            print(line)
+    complete = all(None not in r.values() for rounds in runs.values() for r in rounds)
+    return 0 if complete else 1
+
+
+def run_rounds(args, sizes: list[int], runs: dict[int, list[dict]]) -> None:
+    """Both sides ``args.rounds`` times per size, into ``runs``, each run's line printed."""
     args.out.mkdir(parents=True, exist_ok=True)
     worktree = reference_worktree(args.ref, REPO / "var" / "compare-worktree")
-    per_size: dict[int, list[Round]] = {n: [] for n in sizes}
     try:
         for k in range(1, args.rounds + 1):
             for size in sizes:
-                pair: Round = {}
-                per_size[size].append(pair)
+                pair: dict[str, PerWindow | None] = {}
+                runs[size].append(pair)
                 sides = [("this", REPO), ("ref", worktree)]
                 # Each side goes first in every other round: neither always runs on a warmer
                 # (or busier) machine.
                 for side, cwd in sides if k % 2 else sides[::-1]:
                     out = args.out / f"{side}-n{size}-r{k}"
                     pair[side] = cpu = fleet_run(cwd, size, args.import_seconds, out)
-                    shown = "no usable result" if cpu is None else f"{cpu:.3f} s per node"
+                    shown = (
+                        "no usable result"
+                        if cpu is None
+                        else ", ".join(f"{v:.3f} s per node {w}" for w, v in cpu.items())
+                    )
                     print(f"round {k} N={size} {side}: {shown} ({out})", flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO)
-    for line in summary_lines(args.ref, per_size):
-        print(line)
-    complete = all(None not in r.values() for rounds in per_size.values() for r in rounds)
-    return 0 if complete else 1
 
 
 if __name__ == "__main__":

@@ -181,6 +181,31 @@ def test_compare_summary_pairs_rounds_and_averages_only_complete_ones():
     assert compare.summary_lines("x", {200: []}) == ["N=200: this/reference per round none"]
 
 
+def test_compare_summarizes_runs_already_made_in_both_windows(tmp_path, capsys):
+    def run(out: str, whole: float, calls: float, boots: int = 50) -> None:
+        (tmp_path / out).mkdir()
+        result = {
+            "n": 50,
+            "cdrom_boots": boots,
+            "cpu_whole_run": {"cpu_seconds": {"api": whole * boots}},
+            "cpu_during_calls": {"cpu_seconds": {"api": calls * boots}},
+        }
+        (tmp_path / out / "results.json").write_text(json.dumps({"results": [result]}))
+
+    run("this-n50-r1", 0.06, 0.03)
+    run("ref-n50-r1", 0.12, 0.05)
+    run("this-n50-r2", 0.08, 0.04, boots=49)  # a node missed its ISO: the round does not count
+    run("ref-n50-r2", 0.12, 0.05)
+    argv = ["--summarize", "--out", str(tmp_path), "--sizes", "50", "--rounds", "2"]
+    assert compare.main(argv) == 1  # one run is not usable
+    assert capsys.readouterr().out.splitlines() == [
+        "N=50 whole run: this/reference per round 0.060/0.120, -/0.120; "
+        "means over 1 rounds 0.060 / 0.120 s per node: -50% against 8dc8dbe",
+        "N=50 while the calls ran: this/reference per round 0.030/0.050, -/0.050; "
+        "means over 1 rounds 0.030 / 0.050 s per node: -40% against 8dc8dbe",
+    ]
+
+
 def test_idle_report_totals_fleetfish_processes_only():
     line = format_idle(200, {"api": 20.4, "kubesim": 800.0, "watcher": 130.0, "worker0": 99.6})
     assert line == (
