@@ -135,19 +135,20 @@ def close_unless_still_sending(sock, timeout: float = 2.0, max_drain: int = 6553
     interpreter, and a sync process takes no other call while it waits: under Ironic's load the
     two processes spent much of their time there (``python -m bench.fleet --sizes 200
     --worker-parent --watcher-in-workers``: the last InsertMedia went out at 6.1-6.5 s with the
-    wait, 5.8-6.0 s without). The wait is kept for the case it exists for, request bytes the
-    app left unread; otherwise the connection closes at once, as gunicorn < 27 always did.
+    wait, 5.8-6.0 s without). The wait is kept for the case it exists for: request bytes that
+    arrived and were left unread (a body refused before it was read) are drained, then the
+    lingering close takes over. A body still on its way when nothing has arrived yet is not
+    waited for; otherwise the connection closes at once, as gunicorn < 27 always did.
+    Installed only where ``close_graceful`` exists (``post_worker_init``).
     """
     try:
         sock.shutdown(socket.SHUT_WR)
         # Non-blocking: a socket with a timeout would first wait for something to read.
         sock.setblocking(False)
         pending = sock.recv(max_drain)
-    except BlockingIOError:
-        pending = b""  # nothing unread and no hang-up yet: the usual case
     except (OSError, ValueError):
-        pending = b""
-    if pending and _lingering_close is not None:
+        pending = b""  # nothing unread and no hang-up yet (the usual case), or already gone
+    if pending:
         _lingering_close(sock, timeout, max(0, max_drain - len(pending)))
         return
     try:
