@@ -20,6 +20,7 @@ import base64
 import cProfile
 import gc
 import pstats
+import shutil
 import tempfile
 import time
 import tracemalloc
@@ -221,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(stat.traceback.format()[-6:]))
     finally:
         redis_server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

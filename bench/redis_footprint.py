@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import collections
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -46,23 +47,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args(argv)
 
-    config = LabConfig.for_tests(
-        Path(tempfile.mkdtemp(prefix="ff-redis-")), vms=args.vms, import_seconds=1, flower=False
-    )
-    with (
-        LabStack(config).start(timeout=90) as stack,
-        IronicLike(stack.redfish_url, *stack.credentials) as ironic,
-    ):
-        systems = _lab_systems(args.vms)
-        for round_ in range(args.rounds):
-            images = {s: f"{stack.iso_url}/images/boot-{s.split('.', 1)[1]}.iso" for s in systems}
-            runs = ironic.provision_all(images)
-            errors = [r.error for r in runs if r.error]
-            errors += [r.error for r in ironic.boot_all_from_disk(systems) if r.error]
-            print(f"round {round_ + 1}/{args.rounds}: {len(runs)} nodes, errors: {errors}")
-        client = redis.Redis.from_url(stack.redis_url)
-        families = measure(client)
-        used = client.info("memory")["used_memory"]
+    var = Path(tempfile.mkdtemp(prefix="ff-redis-"))
+    config = LabConfig.for_tests(var, vms=args.vms, import_seconds=1, flower=False)
+    try:
+        with (
+            LabStack(config).start(timeout=90) as stack,
+            IronicLike(stack.redfish_url, *stack.credentials) as ironic,
+        ):
+            systems = _lab_systems(args.vms)
+            for round_ in range(args.rounds):
+                images = {
+                    s: f"{stack.iso_url}/images/boot-{s.split('.', 1)[1]}.iso" for s in systems
+                }
+                runs = ironic.provision_all(images)
+                errors = [r.error for r in runs if r.error]
+                errors += [r.error for r in ironic.boot_all_from_disk(systems) if r.error]
+                print(f"round {round_ + 1}/{args.rounds}: {len(runs)} nodes, errors: {errors}")
+            client = redis.Redis.from_url(stack.redis_url)
+            families = measure(client)
+            used = client.info("memory")["used_memory"]
+    finally:
+        shutil.rmtree(var, ignore_errors=True)
     cycles = args.vms * args.rounds
     print(f"\n{cycles} cycles on {args.vms} VMs; Redis used_memory {used / 2**20:.1f} MiB")
     print(f"{'B/cycle':>8} {'keys':>6} {'TTL s':>7}  family")

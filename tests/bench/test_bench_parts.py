@@ -300,3 +300,22 @@ def test_a_default_bench_run_asks_the_lab_only_for_what_the_reference_lab_has(
     with pytest.raises(_Configured) as parent:
         runs.run_lab_mode(runs.FLEETFISH, 3, 1.0, 2, tmp_path, 60, worker_parent=True)
     assert parent.value.args[0]["worker_parent"] is True
+
+
+def test_api_memory_bench_prints_the_cpu_verdicts_and_leaves_no_files_behind(tmp_path):
+    # Run as anyone would, with its temporary files under a directory this test can look into.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "bench.api_memory", "--cycles", "20", "--every", "20"]
+    done = subprocess.run(
+        [*command, "--warmup", "5", "--session"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    verdicts = [
+        line.split() for line in done.stdout.splitlines() if "PASS" in line or "FAIL" in line
+    ]
+    assert [words[0] for words in verdicts] == ["InsertMedia", "Reset"]
+    assert list(tmp_path.iterdir()) == []
