@@ -69,7 +69,11 @@ def _celery_config(settings: Settings) -> dict:
         },
         "result_backend_transport_options": {"retry_policy": {"timeout": 5.0}},
         "broker_connection_retry_on_startup": True,
-        "worker_send_task_events": True,
+        # Task events (received, started, succeeded: three Redis PUBLISHes per task) only when
+        # something listens: Flower asks every worker for them every 5 s (its enable_events
+        # option, on by default) and they stay on from then. Sent to nobody they took about a
+        # sixth of the workers' CPU (python -m bench.fleet, N = 200).
+        "worker_send_task_events": settings.task_events,
         # No "task-sent" event per message the API sends (a Redis PUBLISH and 0.2-0.4 ms of the
         # API's CPU per call, python -m bench.api_memory): Flower lists a task from the worker's
         # received event, milliseconds later, and shows queue lengths from the broker.

@@ -89,6 +89,9 @@ class Settings:
     # only need to outlive the longest task. Redis holds about 13 KiB per provisioning cycle
     # for this long.
     task_result_ttl: int = 7200
+    # Workers send Celery task events from the start (otherwise only once Flower, or
+    # ``celery control enable_events``, asks for them).
+    task_events: bool = False
     log_level: str = "INFO"
 
     @classmethod
@@ -134,5 +137,6 @@ class Settings:
             worker_watch=_bool(e.get("FLEETFISH_WORKER_WATCH"), False),
             visibility_timeout=int(e.get("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout)),
             task_result_ttl=int(e.get("FLEETFISH_TASK_RESULT_TTL", cls.task_result_ttl)),
+            task_events=_bool(e.get("FLEETFISH_TASK_EVENTS"), False),
             log_level=e.get("FLEETFISH_LOG_LEVEL", cls.log_level).upper(),
         )
