@@ -6,7 +6,9 @@ judged, so one run of each side says little. This runs ``bench.fleet`` for this 
 ``make bench-reference`` does) alternately, ``--rounds`` times per size, and prints each run's
 fleetfish CPU per provisioned node, the means and their ratio, over the whole run and while the
 calls ran (the issue's two windows). Results: ``--out``/<side>-n<N>-r<k>; ``--summarize`` prints
-the summary of runs already in ``--out`` without running anything.
+the summary of runs already in ``--out`` without running anything. ``--ref-python`` runs the
+reference with another interpreter, e.g. a virtualenv holding the libraries the reference's
+setup.cfg installs, where they differ from this checkout's.
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ WINDOWS = {"whole run": "cpu_whole_run", "while the calls ran": "cpu_during_call
 PerWindow = dict[str, float]  # CPU per provisioned node in each of WINDOWS
 
 
-def fleet_run(cwd: Path, size: int, import_seconds: float, out: Path) -> PerWindow | None:
-    """One ``bench.fleet`` run of the code in ``cwd``; its CPU per provisioned node, None when
-    it wrote no results or not every node booted its ISO (its report says why)."""
+def fleet_run(
+    cwd: Path, size: int, import_seconds: float, out: Path, python: str = sys.executable
+) -> PerWindow | None:
+    """One ``bench.fleet`` run of the code in ``cwd`` with ``python``; its CPU per provisioned
+    node, None when it wrote no results or not every node booted its ISO (its report says why)."""
     command = [
-        sys.executable, "-m", "bench.fleet", "--sizes", str(size),
+        python, "-m", "bench.fleet", "--sizes", str(size),
         "--import-seconds", str(import_seconds), "--workers", "2", "--modes", "fleetfish",
         "--out", str(out),
     ]  # fmt: skip
@@ -99,6 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--import-seconds", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=REPO / "var" / "bench-compare")
     parser.add_argument(
+        "--ref-python",
+        default=sys.executable,
+        help="the Python the reference runs with (default: this one, with this checkout's libraries)",
+    )
+    parser.add_argument(
         "--summarize", action="store_true", help="print the summary of the runs in --out only"
     )
     args = parser.parse_args(argv)
@@ -133,12 +142,12 @@ def run_rounds(args, sizes: list[int], runs: dict[int, list[dict]]) -> None:
             for size in sizes:
                 pair: dict[str, PerWindow | None] = {}
                 runs[size].append(pair)
-                sides = [("this", REPO), ("ref", worktree)]
+                sides = [("this", REPO, sys.executable), ("ref", worktree, args.ref_python)]
                 # Each side goes first in every other round: neither always runs on a warmer
                 # (or busier) machine.
-                for side, cwd in sides if k % 2 else sides[::-1]:
+                for side, cwd, python in sides if k % 2 else sides[::-1]:
                     out = args.out / f"{side}-n{size}-r{k}"
-                    pair[side] = cpu = fleet_run(cwd, size, args.import_seconds, out)
+                    pair[side] = cpu = fleet_run(cwd, size, args.import_seconds, out, python)
                     shown = (
                         "no usable result"
                         if cpu is None

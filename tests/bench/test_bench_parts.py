@@ -319,3 +319,17 @@ def test_api_memory_bench_prints_the_cpu_verdicts_and_leaves_no_files_behind(tmp
     ]
     assert [words[0] for words in verdicts] == ["InsertMedia", "Reset"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_compare_runs_the_reference_with_the_python_it_is_given(tmp_path, monkeypatch):
+    started: dict[str, str] = {}
+
+    def record(command, cwd, **kwargs):
+        if "bench.fleet" in command:  # not the git calls around the runs
+            started["this" if cwd == compare.REPO else "ref"] = command[0]
+
+    monkeypatch.setattr(compare.subprocess, "run", record)
+    monkeypatch.setattr(compare, "reference_worktree", lambda ref, path: tmp_path / "worktree")
+    argv = ["--sizes", "3", "--rounds", "1", "--out", str(tmp_path / "runs")]
+    compare.main([*argv, "--ref-python", "/opt/reference-venv/bin/python"])
+    assert started == {"this": sys.executable, "ref": "/opt/reference-venv/bin/python"}
