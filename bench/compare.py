@@ -17,12 +17,14 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 from bench.report import cpu_per_node
+from lab.interrupt import stop_on_sigterm
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = "8dc8dbe"  # the code before the DataVolume watch: the reference of the cost target
@@ -45,8 +47,20 @@ def fleet_run(
     env = {**os.environ, "PYTHONPATH": str(cwd)}
     shutil.rmtree(out, ignore_errors=True)  # a run that writes nothing must not read an old one
     # bench.fleet exits 1 when a target FAILs: the run still counts, its results say why.
-    subprocess.run(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, check=False)
+    run_child(command, cwd=cwd, env=env)
     return read_run(out)
+
+
+def run_child(command: list[str], cwd: Path, env: dict[str, str]) -> None:
+    """Run one benchmark to its end. Interrupted, it passes SIGTERM on and waits for the child
+    to stop its lab (``subprocess.run`` would SIGKILL it, leaving the lab running)."""
+    with subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL) as child:
+        try:
+            child.wait()
+        except BaseException:
+            child.send_signal(signal.SIGTERM)
+            child.wait(timeout=120)
+            raise
 
 
 def read_run(out: Path) -> PerWindow | None:
@@ -159,4 +173,5 @@ def run_rounds(args, sizes: list[int], runs: dict[int, list[dict]]) -> None:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     sys.exit(main())

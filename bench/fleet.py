@@ -14,6 +14,7 @@ from pathlib import Path
 
 from bench import plots, report
 from bench.runs import MODES, SUSHY_TOOLS, run_lab_mode, run_sushy_tools
+from lab.interrupt import stop_on_sigterm
 
 log = logging.getLogger("fleetfish.bench")
 
@@ -158,4 +159,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     sys.exit(main())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from bench.idle import format_idle
 from bench.sampler import RequestCounter, process_memory
 from bench.stats import percentile, summary
 from bench.throttle import ThrottledIsoServer
+from tests.polling import wait_for
 
 
 def test_percentile_is_nearest_rank():
@@ -219,7 +221,7 @@ def test_compare_run_that_writes_no_results_counts_as_none_not_an_old_result(tmp
     out.mkdir()
     earlier = {"n": 50, "cdrom_boots": 50, "cpu_whole_run": {"cpu_seconds": {"api": 1.0}}}
     (out / "results.json").write_text(json.dumps({"results": [earlier]}))  # an earlier run's
-    monkeypatch.setattr(compare.subprocess, "run", lambda *a, **k: None)  # the run wrote nothing
+    monkeypatch.setattr(compare, "run_child", lambda *a, **k: None)  # the run wrote nothing
     assert compare.fleet_run(tmp_path, 50, 30.0, out) is None
 
 
@@ -231,7 +233,7 @@ def test_compare_run_where_a_node_missed_its_iso_counts_as_none(tmp_path, monkey
         run = {"n": 50, "cdrom_boots": 49, "cpu_whole_run": {"cpu_seconds": {"api": 1.0}}}
         (out / "results.json").write_text(json.dumps({"results": [run]}))
 
-    monkeypatch.setattr(compare.subprocess, "run", partial_run)
+    monkeypatch.setattr(compare, "run_child", partial_run)
     assert compare.fleet_run(tmp_path, 50, 30.0, out) is None
 
 
@@ -324,12 +326,42 @@ def test_api_memory_bench_prints_the_cpu_verdicts_and_leaves_no_files_behind(tmp
 def test_compare_runs_the_reference_with_the_python_it_is_given(tmp_path, monkeypatch):
     started: dict[str, str] = {}
 
-    def record(command, cwd, **kwargs):
-        if "bench.fleet" in command:  # not the git calls around the runs
-            started["this" if cwd == compare.REPO else "ref"] = command[0]
+    def record(command, cwd, env):
+        started["this" if cwd == compare.REPO else "ref"] = command[0]
 
-    monkeypatch.setattr(compare.subprocess, "run", record)
+    monkeypatch.setattr(compare, "run_child", record)
+    monkeypatch.setattr(compare.subprocess, "run", lambda *a, **k: None)  # git worktree remove
     monkeypatch.setattr(compare, "reference_worktree", lambda ref, path: tmp_path / "worktree")
     argv = ["--sizes", "3", "--rounds", "1", "--out", str(tmp_path / "runs")]
     compare.main([*argv, "--ref-python", "/opt/reference-venv/bin/python"])
     assert started == {"this": sys.executable, "ref": "/opt/reference-venv/bin/python"}
+
+
+def test_compare_stopped_by_sigterm_lets_the_running_benchmark_stop_its_lab(tmp_path):
+    # The benchmark stands in as a child that marks when it runs and when SIGTERM reached it.
+    child = (
+        "import pathlib, signal, sys, time\n"
+        "here = pathlib.Path(sys.argv[1])\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (here.joinpath('stopped').touch(), sys.exit(0)))\n"
+        "here.joinpath('running').touch()\n"
+        "time.sleep(60)\n"
+    )
+    parent = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from bench.compare import run_child\n"
+        "from lab.interrupt import stop_on_sigterm\n"
+        "stop_on_sigterm()\n"
+        "run_child([sys.executable, '-c', sys.argv[1], sys.argv[2]], Path('.'), dict(os.environ))\n"
+    )
+    compare_like = subprocess.Popen(
+        [sys.executable, "-c", parent, child, str(tmp_path)], cwd=compare.REPO
+    )
+    try:
+        wait_for(lambda: (tmp_path / "running").exists(), 30, what="the benchmark started")
+        compare_like.send_signal(signal.SIGTERM)
+        compare_like.wait(timeout=30)
+    finally:
+        if compare_like.poll() is None:
+            compare_like.kill()
+    assert (tmp_path / "stopped").exists()

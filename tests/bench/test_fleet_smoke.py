@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
 
 import pytest
 
 from bench import fleet
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -60,3 +65,34 @@ def test_fleet_benchmark_writes_json_markdown_and_figures(tmp_path):
     assert "## CPU while the Ironic calls ran" in markdown
     for png in ("timeline-fleetfish-n2.png", "timeline-sushy-tools-n2.png", "makespan.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_a_fleet_run_stopped_by_sigterm_stops_the_lab_it_started(tmp_path):
+    # A timeout or a cancelled job ends a benchmark with SIGTERM: nothing of its lab may be left.
+    log_path = tmp_path / "fleet.log"
+    command = [sys.executable, "-m", "bench.fleet", "--sizes", "3", "--import-seconds", "30"]
+    with open(log_path, "wb") as log:
+        bench = subprocess.Popen(
+            [*command, "--out", str(tmp_path / "out"), "--work-dir", str(tmp_path / "work")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: "started api (pid" in log_path.read_text(), 120, what="the lab's API")
+        started = [
+            int(pid) for pid in re.findall(r"started \S+ \(pid (\d+)\)", log_path.read_text())
+        ]
+        bench.send_signal(signal.SIGTERM)
+        assert bench.wait(timeout=60) != 0
+    finally:
+        if bench.poll() is None:
+            bench.kill()
+    assert started and [pid for pid in started if _alive(pid)] == []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False

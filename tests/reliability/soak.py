@@ -30,6 +30,7 @@ import requests
 
 from bench.sampler import process_memory
 from fleetfish.store import Store
+from lab.interrupt import stop_on_sigterm
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 from tests.e2e.conftest import lab_vm_names
 from tests.helpers import Redfish, boots, datavolumes, persistentvolumeclaims
@@ -501,4 +502,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    stop_on_sigterm()
     sys.exit(main())
