@@ -311,11 +311,12 @@ class LabStack:
                 "FLEETFISH_API_WORKERS": str(cfg.api_workers),
                 "FLEETFISH_LEGACY_SEQUENTIAL": "1" if cfg.legacy_sequential else "0",
                 "FLEETFISH_WORKER_WATCH": "1" if cfg.watcher_in_workers else "0",
-                # Flower starts with the workers here: it shows their first tasks too.
-                "FLEETFISH_TASK_EVENTS": "1" if cfg.flower else "0",
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        # Flower starts with the workers here: it shows their first tasks too (unless the
+        # environment says otherwise).
+        env.setdefault("FLEETFISH_TASK_EVENTS", "1" if cfg.flower else "0")
         if cfg.tls:
             env["FLEETFISH_TLS_CERT"] = str(cfg.var_dir / "tls" / "cert.pem")
             env["FLEETFISH_TLS_KEY"] = str(cfg.var_dir / "tls" / "key.pem")

@@ -1,9 +1,9 @@
-"""`python -m lab --help` explains the settings and starts nothing."""
+"""`python -m lab`: --help explains the settings and starts nothing; what the lab sets for its services."""
 
 import subprocess
 import sys
 
-from lab.stack import REPO, LabConfig
+from lab.stack import REPO, LabConfig, LabStack
 
 
 def run_lab(tmp_path, *args, **settings):
@@ -35,3 +35,15 @@ def test_a_setting_that_is_not_a_number_is_named(tmp_path):
     assert "LAB_VMS must be a whole number, not 'three'" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "lab").exists()
+
+
+def test_the_lab_sends_task_events_when_it_runs_flower_unless_told_otherwise(tmp_path, monkeypatch):
+    def task_events(flower: bool) -> str:
+        return LabStack(LabConfig.for_tests(tmp_path, flower=flower)).service_env()[
+            "FLEETFISH_TASK_EVENTS"
+        ]
+
+    monkeypatch.delenv("FLEETFISH_TASK_EVENTS", raising=False)
+    assert (task_events(flower=True), task_events(flower=False)) == ("1", "0")
+    monkeypatch.setenv("FLEETFISH_TASK_EVENTS", "1")  # an operator's choice wins
+    assert task_events(flower=False) == "1"
