@@ -1,4 +1,4 @@
-"""`python -m lab`: --help explains the settings and starts nothing; what the lab sets for its services."""
+"""`python -m lab`: --help explains the settings and starts nothing; what it sets for services."""
 
 import subprocess
 import sys
