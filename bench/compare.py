@@ -59,7 +59,10 @@ def run_child(command: list[str], cwd: Path, env: dict[str, str]) -> None:
             child.wait()
         except BaseException:
             child.send_signal(signal.SIGTERM)
-            child.wait(timeout=120)
+            try:
+                child.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                child.kill()  # stuck for 2 minutes: its lab may be left running, as before
             raise
 
 
