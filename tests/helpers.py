@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import redis
 import requests
@@ -20,6 +21,7 @@ __all__ = [
     "datavolumes",
     "kube_requests",
     "persistentvolumeclaims",
+    "process_gone",
     "vm_datavolumes",
     "system_id",
     "wait_for",
@@ -190,3 +192,11 @@ def wait_boot(stack: LabStack, vm: str, since: float, timeout: float) -> dict:
 def settle(seconds: float) -> None:
     """Wait a fixed time on purpose: only to show that something does NOT happen later."""
     time.sleep(seconds)
+
+
+def process_gone(pid: int) -> bool:
+    """Exited: no such process, or a zombie waiting for whoever inherited it."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from bench import fleet
+from tests.helpers import process_gone
 from tests.polling import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -87,12 +88,4 @@ def test_a_fleet_run_stopped_by_sigterm_stops_the_lab_it_started(tmp_path):
     finally:
         if bench.poll() is None:
             bench.kill()
-    assert started and [pid for pid in started if _alive(pid)] == []
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ", 1)[1][0] != "Z"  # a zombie has ended
-    except FileNotFoundError:
-        return False
+    assert started and [pid for pid in started if not process_gone(pid)] == []

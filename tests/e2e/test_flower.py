@@ -10,19 +10,13 @@ import redis
 import requests
 
 from tests.e2e.conftest import system_id, wait_for
+from tests.helpers import Redfish
 
 pytestmark = pytest.mark.e2e
 
 
 def _insert(stack, image: str) -> None:
-    system = system_id("ostest-master-0")
-    reply = requests.post(
-        f"{stack.redfish_url}/redfish/v1/Systems/{system}/VirtualMedia/Cd/Actions/"
-        "VirtualMedia.InsertMedia",
-        json={"Image": f"{stack.iso_url}/images/{image}"},
-        auth=stack.credentials,
-        timeout=5,
-    )
+    reply = Redfish(stack).insert("ostest-master-0", f"{stack.iso_url}/images/{image}")
     assert reply.status_code == 202
 
 

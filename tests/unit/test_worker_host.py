@@ -14,6 +14,7 @@ import textwrap
 import time
 from pathlib import Path
 
+from tests.helpers import process_gone
 from tests.polling import wait_for
 from workers.host import RESTARTS_PER_WINDOW, Host, worker_argv
 
@@ -211,14 +212,6 @@ def test_a_failed_fork_is_a_failed_start_retried_after_the_backoff(monkeypatch):
             assert host.exits == {"worker0": 0}
 
 
-def _gone(pid: int) -> bool:
-    """Exited: no such process, or a zombie waiting for whoever inherited it."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def test_the_children_end_when_the_parent_is_killed(tmp_path):
     pids = tmp_path / "pids"
     script = textwrap.dedent(
@@ -245,10 +238,10 @@ def test_the_children_end_when_the_parent_is_killed(tmp_path):
         parent.kill()
         parent.wait(10)
         for pid in map(int, children.split()):
-            wait_for(lambda pid=pid: _gone(pid), 10, f"child {pid} to end with its parent")
+            wait_for(lambda pid=pid: process_gone(pid), 10, f"child {pid} to end with its parent")
     finally:
         if parent.poll() is None:
             parent.kill()
         for pid in map(int, pids.read_text().split()) if pids.exists() else ():
-            if not _gone(pid):
+            if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
