@@ -3,13 +3,43 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 
-def _bool(value: str | None, default: bool) -> bool:
-    if value is None or value == "":
+ON = ("1", "true", "yes", "on")
+OFF = ("0", "false", "no", "off")
+
+
+def env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """An on/off setting; a value that is neither is refused, naming the variable.
+
+    Reading an unknown spelling as off would turn a safety switch (FLEETFISH_REQUIRE_TLS)
+    off without a word.
+    """
+    value = env.get(name, "").strip().lower()
+    if not value:
         return default
-    return value.strip().lower() in ("1", "true", "yes", "on")
+    if value in ON or value in OFF:
+        return value in ON
+    raise ValueError(
+        f"{name} must be one of {', '.join(ON)} (on) or {', '.join(OFF)} (off), not {env[name]!r}"
+    )
+
+
+def env_number(env: Mapping[str, str], name: str, default: N, kind: type[N] = int) -> N:
+    """A numeric setting; a value that is not a number is refused, naming the variable."""
+    value = env.get(name, "").strip()
+    if not value:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise ValueError(f"{name} must be {what}, not {value!r}") from None
 
 
 def _list(value: str | None) -> tuple[str, ...]:
@@ -100,43 +130,45 @@ class Settings:
         return cls(
             redis_url=e.get("REDIS_URL") or cls.redis_url,
             bind=e.get("FLEETFISH_BIND", cls.bind),
-            port=int(e.get("FLEETFISH_PORT", cls.port)),
+            port=env_number(e, "FLEETFISH_PORT", cls.port),
             users_file=e.get("FLEETFISH_USERS_FILE", ""),
-            session_timeout=int(e.get("FLEETFISH_SESSION_TIMEOUT", cls.session_timeout)),
+            session_timeout=env_number(e, "FLEETFISH_SESSION_TIMEOUT", cls.session_timeout),
             tls_cert=e.get("FLEETFISH_TLS_CERT", ""),
             tls_key=e.get("FLEETFISH_TLS_KEY", ""),
-            require_tls=_bool(e.get("FLEETFISH_REQUIRE_TLS"), False),
-            max_body_bytes=int(e.get("FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes)),
-            bcrypt_share=float(e.get("FLEETFISH_BCRYPT_SHARE", cls.bcrypt_share)),
-            clock_tolerance=int(e.get("FLEETFISH_CLOCK_TOLERANCE", cls.clock_tolerance)),
+            require_tls=env_switch(e, "FLEETFISH_REQUIRE_TLS", False),
+            max_body_bytes=env_number(e, "FLEETFISH_MAX_BODY_BYTES", cls.max_body_bytes),
+            bcrypt_share=env_number(e, "FLEETFISH_BCRYPT_SHARE", cls.bcrypt_share, float),
+            clock_tolerance=env_number(e, "FLEETFISH_CLOCK_TOLERANCE", cls.clock_tolerance),
             kubeconfig=e.get("FLEETFISH_KUBECONFIG") or e.get("KUBECONFIG", ""),
             namespaces=_list(e.get("FLEETFISH_NAMESPACES")),
             label_selector=e.get("FLEETFISH_LABEL_SELECTOR", ""),
             image_allowlist=_list(e.get("FLEETFISH_IMAGE_ALLOWLIST")),
             image_deny=_list(e.get("FLEETFISH_IMAGE_DENY")),
             kubernetes_service_host=e.get("KUBERNETES_SERVICE_HOST", ""),
-            import_timeout=int(e.get("FLEETFISH_IMPORT_TIMEOUT", cls.import_timeout)),
-            import_poll_seconds=float(
-                e.get("FLEETFISH_IMPORT_POLL_SECONDS", cls.import_poll_seconds)
+            import_timeout=env_number(e, "FLEETFISH_IMPORT_TIMEOUT", cls.import_timeout),
+            import_poll_seconds=env_number(
+                e, "FLEETFISH_IMPORT_POLL_SECONDS", cls.import_poll_seconds, float
             ),
-            import_poll_max_seconds=float(
-                e.get("FLEETFISH_IMPORT_POLL_MAX_SECONDS", cls.import_poll_max_seconds)
+            import_poll_max_seconds=env_number(
+                e, "FLEETFISH_IMPORT_POLL_MAX_SECONDS", cls.import_poll_max_seconds, float
             ),
-            dv_fallback_seconds=float(
-                e.get("FLEETFISH_DV_FALLBACK_SECONDS", cls.dv_fallback_seconds)
+            dv_fallback_seconds=env_number(
+                e, "FLEETFISH_DV_FALLBACK_SECONDS", cls.dv_fallback_seconds, float
             ),
-            dv_size_margin=float(e.get("FLEETFISH_DV_SIZE_MARGIN", cls.dv_size_margin)),
-            dv_min_size_mib=int(e.get("FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib)),
+            dv_size_margin=env_number(e, "FLEETFISH_DV_SIZE_MARGIN", cls.dv_size_margin, float),
+            dv_min_size_mib=env_number(e, "FLEETFISH_DV_MIN_SIZE_MIB", cls.dv_min_size_mib),
             dv_storage_class=e.get("FLEETFISH_DV_STORAGE_CLASS", ""),
             image_ca_configmap=e.get("FLEETFISH_IMAGE_CA_CONFIGMAP", ""),
-            media_allow_unverified=_bool(e.get("FLEETFISH_MEDIA_ALLOW_UNVERIFIED"), False),
+            media_allow_unverified=env_switch(e, "FLEETFISH_MEDIA_ALLOW_UNVERIFIED", False),
             cdrom_disk=e.get("FLEETFISH_CDROM_DISK", cls.cdrom_disk),
-            power_on_timeout=int(e.get("FLEETFISH_POWER_ON_TIMEOUT", cls.power_on_timeout)),
-            event_log_entries=int(e.get("FLEETFISH_EVENT_LOG_ENTRIES", cls.event_log_entries)),
-            legacy_sequential=_bool(e.get("FLEETFISH_LEGACY_SEQUENTIAL"), False),
-            worker_watch=_bool(e.get("FLEETFISH_WORKER_WATCH"), False),
-            visibility_timeout=int(e.get("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout)),
-            task_result_ttl=int(e.get("FLEETFISH_TASK_RESULT_TTL", cls.task_result_ttl)),
-            task_events=_bool(e.get("FLEETFISH_TASK_EVENTS"), False),
+            power_on_timeout=env_number(e, "FLEETFISH_POWER_ON_TIMEOUT", cls.power_on_timeout),
+            event_log_entries=env_number(e, "FLEETFISH_EVENT_LOG_ENTRIES", cls.event_log_entries),
+            legacy_sequential=env_switch(e, "FLEETFISH_LEGACY_SEQUENTIAL", False),
+            worker_watch=env_switch(e, "FLEETFISH_WORKER_WATCH", False),
+            visibility_timeout=env_number(
+                e, "FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout
+            ),
+            task_result_ttl=env_number(e, "FLEETFISH_TASK_RESULT_TTL", cls.task_result_ttl),
+            task_events=env_switch(e, "FLEETFISH_TASK_EVENTS", False),
             log_level=e.get("FLEETFISH_LOG_LEVEL", cls.log_level).upper(),
         )

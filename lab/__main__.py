@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+from fleetfish.settings import Settings
 from lab.stack import LabConfig, LabStack
 
 log = logging.getLogger("fleetfish.lab")
@@ -64,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = LabConfig.from_env()
+        # What the services would refuse at their start, refused here before anything starts.
+        Settings.from_env()
     except ValueError as exc:
         log.error("bad setting: %s (python -m lab --help lists them)", exc)
         return 2

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import requests
 
+from fleetfish.settings import env_number, env_switch
 from lab.pidfile import LabPidFile
 from lab.ports import ensure_free, free_port, listens, wait_for_port
 from lab.redis_embedded import EmbeddedRedis
@@ -37,19 +38,16 @@ LAB_USER = "admin"
 
 
 def _env_number(name: str, default, kind=int):
-    """A numeric setting; a clear ValueError naming the variable when it is not a number."""
-    value = os.environ.get(name, "").strip()
-    if not value:
-        return default
-    try:
-        return kind(value)
-    except ValueError:
-        what = "a whole number" if kind is int else "a number"
-        raise ValueError(f"{name} must be {what}, not {value!r}") from None
+    return env_number(os.environ, name, default, kind)
 
 
 def _env_int(name: str, default: int) -> int:
-    return _env_number(name, default, int)
+    return env_number(os.environ, name, default, int)
+
+
+def _env_switch(name: str) -> bool:
+    """On/off as the services read it (fleetfish.settings), so both agree on every spelling."""
+    return env_switch(os.environ, name, False)
 
 
 def write_kubeconfig(path: Path, server: str) -> Path:
@@ -116,12 +114,12 @@ class LabConfig:
             redis_port=_env_int("LAB_REDIS_PORT", cls.redis_port),
             redis_url=os.environ.get("REDIS_URL", ""),
             kubeconfig=os.environ.get("KUBECONFIG", ""),
-            legacy_sequential=os.environ.get("FLEETFISH_LEGACY_SEQUENTIAL", "") in ("1", "true"),
+            legacy_sequential=_env_switch("FLEETFISH_LEGACY_SEQUENTIAL"),
             visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout),
-            tls=os.environ.get("LAB_TLS", "") in ("1", "true"),
-            iso_tls=os.environ.get("LAB_ISO_TLS", "") in ("1", "true"),
-            watcher_in_workers=os.environ.get("FLEETFISH_WORKER_WATCH", "") in ("1", "true"),
-            worker_parent=os.environ.get("LAB_WORKER_PARENT", "") in ("1", "true"),
+            tls=_env_switch("LAB_TLS"),
+            iso_tls=_env_switch("LAB_ISO_TLS"),
+            watcher_in_workers=_env_switch("FLEETFISH_WORKER_WATCH"),
+            worker_parent=_env_switch("LAB_WORKER_PARENT"),
         )
 
     @classmethod

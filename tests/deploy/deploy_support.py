@@ -22,11 +22,11 @@ GUNICORN_CONF = ROOT / "app" / "gunicorn_conf.py"
 
 
 def settings_env_names() -> set[str]:
-    """Every environment variable fleetfish/settings.py (``e.get("NAME"...)``) and
-    app/gunicorn_conf.py (``os.environ.get("NAME"...)``) read."""
-    names = set(
-        re.findall(r"""\be\.get\(\s*["']([A-Z][A-Z0-9_]*)["']""", SETTINGS_FILE.read_text())
-    )
+    """Every environment variable fleetfish/settings.py (``e.get("NAME"...)``,
+    ``env_switch(e, "NAME"...)``, ``env_number(e, "NAME"...)``) and app/gunicorn_conf.py
+    (``os.environ.get("NAME"...)``) read."""
+    reads = r"""(?:\be\.get\(|\benv_(?:switch|number)\(\s*e,)\s*["']([A-Z][A-Z0-9_]*)["']"""
+    names = set(re.findall(reads, SETTINGS_FILE.read_text()))
     assert names, "no environment names found in settings.py: the parser is out of date"
     pattern = r"""os\.environ(?:\.get\(|\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
     names |= set(re.findall(pattern, GUNICORN_CONF.read_text()))

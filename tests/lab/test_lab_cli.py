@@ -7,11 +7,20 @@ from lab.stack import REPO, LabConfig, LabStack
 
 
 def run_lab(tmp_path, *args, **settings):
+    """``python -m lab`` expected to end by itself; a lab that starts instead is stopped."""
     env = {"LAB_VAR_DIR": str(tmp_path / "lab"), "PATH": "/usr/bin:/bin", **settings}
-    return subprocess.run(
+    lab = subprocess.Popen(
         [sys.executable, "-m", "lab", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    try:
+        stdout, stderr = lab.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        # SIGTERM, not the kill of a timeout: the lab then stops the services it started.
+        lab.terminate()
+        stdout, stderr = lab.communicate(timeout=60)
+        raise AssertionError(f"the lab started instead of ending:\n{stderr[-2000:]}") from None
+    return subprocess.CompletedProcess(lab.args, lab.returncode, stdout, stderr)
 
 
 def test_help_lists_settings_and_starts_nothing(tmp_path):
@@ -47,3 +56,19 @@ def test_the_lab_sends_task_events_when_it_runs_flower_unless_told_otherwise(tmp
     assert (task_events(flower=True), task_events(flower=False)) == ("1", "0")
     monkeypatch.setenv("FLEETFISH_TASK_EVENTS", "1")  # an operator's choice wins
     assert task_events(flower=False) == "1"
+
+
+def test_the_lab_reads_a_switch_as_the_services_do(monkeypatch):
+    # "yes" turns the legacy mode on in the services; the lab read it as off and told them "0".
+    monkeypatch.setenv("FLEETFISH_LEGACY_SEQUENTIAL", "yes")
+    monkeypatch.setenv("LAB_TLS", "on")
+    config = LabConfig.from_env()
+    assert (config.legacy_sequential, config.tls) == (True, True)
+
+
+def test_a_service_setting_the_lab_would_pass_on_unread_is_refused_before_it_starts(tmp_path):
+    done = run_lab(tmp_path, FLEETFISH_REQUIRE_TLS="enabled")
+    assert done.returncode == 2
+    assert "FLEETFISH_REQUIRE_TLS" in done.stderr and "'enabled'" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "lab").exists()

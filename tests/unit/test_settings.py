@@ -24,3 +24,41 @@ def test_a_longer_import_timeout_with_a_longer_ttl_is_accepted():
     env = {"FLEETFISH_TASK_RESULT_TTL": "10000", "FLEETFISH_IMPORT_TIMEOUT": "3600"}
     settings = Settings.from_env(env)
     assert (settings.task_result_ttl, settings.import_timeout) == (10000, 3600)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FLEETFISH_REQUIRE_TLS", "enabled"),  # read as off until now: credentials over plain HTTP
+        ("FLEETFISH_MEDIA_ALLOW_UNVERIFIED", "ja"),
+        ("FLEETFISH_TASK_EVENTS", "2"),
+    ],
+)
+def test_a_switch_that_is_neither_on_nor_off_is_refused_with_its_name(name, value):
+    with pytest.raises(ValueError) as refused:
+        Settings.from_env({name: value})
+    assert name in str(refused.value)
+    assert repr(value) in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "what"),
+    [
+        ("FLEETFISH_PORT", "80a", "a whole number"),
+        ("FLEETFISH_IMPORT_TIMEOUT", "30m", "a whole number"),
+        ("FLEETFISH_DV_SIZE_MARGIN", "130%", "a number"),
+    ],
+)
+def test_a_number_that_does_not_parse_is_refused_with_its_name(name, value, what):
+    with pytest.raises(ValueError) as refused:
+        Settings.from_env({name: value})
+    assert f"{name} must be {what}, not {value!r}" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1", True), ("true", True), ("Yes", True), (" on ", True), ("0", False), ("off", False),
+     ("FALSE", False), ("no", False), ("", False)],
+)  # fmt: skip
+def test_switches_read_the_usual_spellings_of_on_and_off(value, expected):
+    assert Settings.from_env({"FLEETFISH_REQUIRE_TLS": value}).require_tls is expected
