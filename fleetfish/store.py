@@ -57,6 +57,7 @@ request since (``Store.resend_reset``).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -511,6 +512,48 @@ redis.call('HSET', KEYS[1], 'enabled', 'Disabled', 'target', 'None')
 return redis.call('HINCRBY', KEYS[1], 'gen', 1)
 """
 
+# KEYS: system document, power, boot. ARGV[1..3]: SHA-1 of each as the caller last read it
+# (``_state_digests``), then the boot fields to set. The write of a checked PATCH in one round
+# trip: it lands only if nothing changed since the check; returns the boot hash as written,
+# false otherwise (the caller reads again and checks again).
+_SET_BOOT_IF_SAME = """
+local function hash_digest(key)
+  local flat = redis.call('HGETALL', key)
+  local fields = {}
+  for i = 1, #flat, 2 do fields[#fields + 1] = {flat[i], flat[i + 1]} end
+  table.sort(fields, function(a, b) return a[1] < b[1] end)
+  local parts = {}
+  for _, kv in ipairs(fields) do
+    parts[#parts + 1] = #kv[1] .. ':' .. kv[1] .. #kv[2] .. ':' .. kv[2]
+  end
+  return redis.sha1hex(table.concat(parts))
+end
+if redis.sha1hex(redis.call('GET', KEYS[1]) or '') ~= ARGV[1]
+    or hash_digest(KEYS[2]) ~= ARGV[2] or hash_digest(KEYS[3]) ~= ARGV[3] then
+  return false
+end
+if #ARGV > 3 then redis.call('HSET', KEYS[3], unpack(ARGV, 4)) end
+redis.call('HINCRBY', KEYS[3], 'gen', 1)
+return redis.call('HGETALL', KEYS[3])
+"""
+
+
+def _doc_digest(raw: str | bytes | None) -> str:
+    """SHA-1 of a stored document as ``_SET_BOOT_IF_SAME`` computes it (of "" when missing)."""
+    data = raw.encode() if isinstance(raw, str) else (raw or b"")
+    return hashlib.sha1(data).hexdigest()
+
+
+def _hash_digest(fields: dict[str, str]) -> str:
+    """SHA-1 of a hash as ``_SET_BOOT_IF_SAME`` computes it: fields in key order, each key and
+    value prefixed with its length in bytes."""
+    parts = []
+    for key, value in sorted(fields.items()):
+        k, v = key.encode(), value.encode()
+        parts.append(b"%d:%s%d:%s" % (len(k), k, len(v), v))
+    return hashlib.sha1(b"".join(parts)).hexdigest()
+
+
 # KEYS: task. ARGV: field/value pairs. A late writer never resurrects an ended task.
 _UPDATE_TASK = _with_task_lua("""
 local state = redis.call('HGET', KEYS[1], 'state')
@@ -655,6 +698,7 @@ class Store:
         self._claim_run = client.register_script(_CLAIM_RUN)
         self._end_run = client.register_script(_END_RUN)
         self._end_boot_once = client.register_script(_END_BOOT_ONCE)
+        self._set_boot_if_same = client.register_script(_SET_BOOT_IF_SAME)
         self._fail_start = client.register_script(_FAIL_START)
         self._end_inflight = client.register_script(_END_INFLIGHT)
 
@@ -1131,25 +1175,44 @@ class Store:
         unchanged: Callable[[dict | None, dict[str, str], dict[str, str]], bool],
         **fields: str,
     ) -> int | None:
+        """``write_boot_if`` returning only the new generation (None: the check failed)."""
+        written = self.write_boot_if(system_id, unchanged, **fields)
+        return None if written is None else int(written["gen"])
+
+    def write_boot_if(
+        self,
+        system_id: str,
+        unchanged: Callable[[dict | None, dict[str, str], dict[str, str]], bool],
+        seen: tuple[dict | None, dict[str, str], dict[str, str]] | None = None,
+        **fields: str,
+    ) -> dict[str, str] | None:
         """``set_boot`` only while ``unchanged(mirror doc, power, boot)`` holds for what is
-        stored, checked and written in one step (WATCH): the If-Match of a PATCH. Returns the
-        new generation, or None when the check failed (the client's ETag is out of date)."""
-        keys = (key_system(system_id), key_power(system_id), key_boot(system_id))
+        stored, checked and written in one step: the If-Match of a PATCH. Returns the boot hash
+        as written (its new "gen" included), or None when the check failed (the client's ETag
+        is out of date).
+
+        ``seen``: the document and hashes the caller read this request, to be checked first;
+        while nothing changes in between the whole write is one round trip (a script that
+        writes only if all three are still what was checked, by digest).
+        """
+        keys = [key_system(system_id), key_power(system_id), key_boot(system_id)]
+        args = [part for k, v in fields.items() for part in (k, _s(v))]
+        if seen is not None:
+            doc, power, boot = seen
+            raw: str | bytes | None = encode_doc(doc) if doc is not None else None
         for _ in range(10):  # each retry means another writer won meanwhile: it rarely repeats
-            with self.r.pipeline() as pipe:
-                try:
-                    pipe.watch(*keys)
-                    raw = pipe.get(keys[0])
-                    power, boot = _decode(pipe.hgetall(keys[1])), _decode(pipe.hgetall(keys[2]))
-                    if not unchanged(json.loads(raw) if raw else None, power, boot):
-                        return None
-                    pipe.multi()
-                    if fields:
-                        pipe.hset(keys[2], mapping={k: _s(v) for k, v in fields.items()})
-                    pipe.hincrby(keys[2], "gen", 1)
-                    return int(pipe.execute()[-1])
-                except redis.WatchError:
-                    continue
+            if seen is None:
+                with self.r.pipeline(transaction=False) as pipe:
+                    raw, power, boot = pipe.get(keys[0]).hgetall(keys[1]).hgetall(keys[2]).execute()
+                power, boot = _decode(power), _decode(boot)
+                doc = json.loads(raw) if raw else None
+            if not unchanged(doc, power, boot):
+                return None
+            digests = [_doc_digest(raw), _hash_digest(power), _hash_digest(boot)]
+            written = self._set_boot_if_same(keys=keys, args=[*digests, *args])
+            if written:
+                return _decode(dict(zip(written[::2], written[1::2], strict=True)))
+            seen = None  # changed since it was read (or stored in another spelling): read again
         raise redis.exceptions.ConnectionError("boot override kept changing: try again")
 
     def end_boot_once(self, system_id: str, gen: int | str) -> bool:

@@ -208,17 +208,22 @@ def patch_system(system_id: str):
     http_uri = http_boot.uri_to_boot(changes, stored_boot)
     if "HttpBootUri" in changes:
         fields["http_boot_uri"] = http_boot.without_credentials(changes["HttpBootUri"] or "")
-    if fields:
-        boot_gen = store().set_boot_if(system_id, unchanged, **fields)
-        if boot_gen is None:
-            raise RedfishError(412, "PreconditionFailed")
-        log.info("boot override %s gen=%s system=%s", fields, boot_gen, system_id)
-        if http_uri:
-            # Begun before the answer: a Reset sent after this PATCH finds the medium pending.
-            http_boot.start(system_id, http_uri)
-        pipe = store().r.pipeline(transaction=False)
-        dispatch.publish(pipe, system_id, wire.boot_apply(celery(), system_id, boot_gen))
-    return resource(_current(system_id), allow=SYSTEM_ALLOW)
+    if not fields:
+        return resource(_current(system_id), allow=SYSTEM_ALLOW)
+    written = store().write_boot_if(system_id, unchanged, seen=(doc, power, stored_boot), **fields)
+    if written is None:
+        raise RedfishError(412, "PreconditionFailed")
+    boot_gen = int(written["gen"])
+    log.info("boot override %s gen=%s system=%s", fields, boot_gen, system_id)
+    if http_uri:
+        # Begun before the answer: a Reset sent after this PATCH finds the medium pending.
+        http_boot.start(system_id, http_uri)
+    pipe = store().r.pipeline(transaction=False)
+    dispatch.publish(pipe, system_id, wire.boot_apply(celery(), system_id, boot_gen))
+    if http_uri:
+        return resource(_current(system_id), allow=SYSTEM_ALLOW)  # the medium it began
+    # The document and power state are the ones the write checked; the boot hash as written.
+    return resource(render_system(doc, power, written), allow=SYSTEM_ALLOW)
 
 
 def button_action(system_id: str) -> str:
