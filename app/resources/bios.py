@@ -12,7 +12,7 @@ import logging
 from flask import Blueprint
 
 from app import bios_attributes as attrs
-from app.context import store, visible_system_with
+from app.context import reads_system, store, visible_system_with
 from app.errors import RedfishError, message
 from app.protocol import finalize, if_match_ok, json_body, no_content, resource
 from app.validate import Param, action_params, patch_object, pointer, raise_if, show
@@ -68,12 +68,14 @@ def render_settings(doc: dict, boot: dict[str, str]) -> dict:
 
 
 @bp.get(BIOS)
+@reads_system()
 def bios(system_id: str):
     (doc,) = visible_system_with(system_id)
     return resource(render_bios(doc), allow=BIOS_ALLOW)
 
 
 @bp.get(f"{BIOS}/Settings")
+@reads_system("boot")
 def bios_settings(system_id: str):
     doc, boot = visible_system_with(system_id, "boot")
     return resource(render_settings(doc, boot), allow=SETTINGS_ALLOW)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app.context import visible_system_with, visible_systems
+from app.context import reads_system, visible_system_with, visible_systems
 from app.protocol import collection, resource
 from fleetfish.mirror import power_state
 
@@ -41,6 +41,7 @@ def chassis_collection():
 
 
 @bp.get(f"{CHASSIS}/<system_id>")
+@reads_system("power")
 def chassis(system_id: str):
     doc, power = visible_system_with(system_id, "power")
     return resource(render_chassis(doc, power))

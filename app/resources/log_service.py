@@ -12,7 +12,7 @@ import logging
 
 from flask import Blueprint, g, request
 
-from app.context import events, not_found, visible_system
+from app.context import events, not_found, reads_system, visible_system
 from app.errors import RedfishError
 from app.protocol import collection, json_body, no_content, resource
 from app.resources.task_service import iso
@@ -53,6 +53,7 @@ def render_entry(uri: str, entry: dict) -> dict:
 
 
 @bp.get("/<system_id>/LogServices")
+@reads_system()
 def log_services(system_id: str):
     visible_system(system_id)
     base = _base(system_id)
@@ -63,6 +64,7 @@ def log_services(system_id: str):
 
 
 @bp.get("/<system_id>/LogServices/<log_id>")
+@reads_system()
 def log_service(system_id: str, log_id: str):
     visible_system(system_id)
     uri = f"{_base(system_id)}/{_log(log_id)}"
@@ -85,6 +87,7 @@ def log_service(system_id: str, log_id: str):
 
 
 @bp.get("/<system_id>/LogServices/<log_id>/Entries")
+@reads_system()
 def log_entries(system_id: str, log_id: str):
     visible_system(system_id)
     uri = f"{_base(system_id)}/{_log(log_id)}/Entries"
@@ -95,6 +98,7 @@ def log_entries(system_id: str, log_id: str):
 
 
 @bp.get("/<system_id>/LogServices/<log_id>/Entries/<entry_id>")
+@reads_system()
 def log_entry(system_id: str, log_id: str, entry_id: str):
     visible_system(system_id)
     uri = f"{_base(system_id)}/{_log(log_id)}/Entries"

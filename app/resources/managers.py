@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from flask import Blueprint, current_app, g
 
 from app import query
-from app.context import settings, store, visible_system, visible_systems
+from app.context import reads_system, settings, store, visible_system, visible_systems
 from app.errors import message
 from app.protocol import collection, finalize, json_body, no_content, resource
 from app.validate import Param, action_params, patch_object, pointer, raise_if
@@ -85,6 +85,7 @@ def managers():
 
 
 @bp.get(f"{MANAGERS}/<system_id>")
+@reads_system()
 def manager(system_id: str):
     return resource(render_manager(visible_system(system_id)), allow=MANAGER_ALLOW)
 

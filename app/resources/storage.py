@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app.context import not_found, visible_system
+from app.context import not_found, reads_system, visible_system
 from app.errors import RedfishError
 from app.protocol import READ, collection, json_body, resource
 from fleetfish.mirror import storage_disks
@@ -113,12 +113,14 @@ def _storage_doc(system_id: str, storage_id: str) -> dict:
     return doc
 
 
+@reads_system()
 def drives(system_id: str):
     members = [drive_uri(system_id, name) for name in _drives(visible_system(system_id))]
     kind = "#DriveCollection.DriveCollection"
     return resource(collection(drive_uri(system_id), kind, "Drives", members))
 
 
+@reads_system()
 def drive(system_id: str, drive_id: str):
     found = _drives(visible_system(system_id))
     if drive_id not in found:
@@ -126,6 +128,7 @@ def drive(system_id: str, drive_id: str):
     return resource({"@odata.id": drive_uri(system_id, drive_id), **found[drive_id]})
 
 
+@reads_system()
 def controllers(system_id: str, storage_id: str):
     uri = _uri(system_id, f"Storage/{storage_id}/Controllers")
     members = [f"{uri}/{m}" for m in _controllers(_storage_doc(system_id, storage_id))]
@@ -133,6 +136,7 @@ def controllers(system_id: str, storage_id: str):
     return resource(collection(uri, kind, "Storage Controllers", members))
 
 
+@reads_system()
 def controller(system_id: str, storage_id: str, controller_id: str):
     found = _controllers(_storage_doc(system_id, storage_id))
     if controller_id not in found:
@@ -144,6 +148,7 @@ def controller(system_id: str, storage_id: str, controller_id: str):
 VOLUMES_ALLOW = (*READ, "POST")
 
 
+@reads_system()
 def volumes(system_id: str, storage_id: str):
     _storage_doc(system_id, storage_id)
     uri = _uri(system_id, f"Storage/{storage_id}/Volumes")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from flask import Blueprint
 
-from app.context import not_found, visible_system
+from app.context import not_found, reads_system, visible_system
 from app.protocol import collection, resource
 from app.resources.storage import STORAGE_ID, disk_model, storage_members
 from fleetfish.mirror import storage_disks
@@ -135,12 +135,14 @@ def _members(system_id: str, part: str) -> dict[str, dict]:
     return build(visible_system(system_id))
 
 
+@reads_system()
 def part_collection(system_id: str, part: str):
     uri = _uri(system_id, part)
     members = [f"{uri}/{m}" for m in _members(system_id, part)]
     return resource(collection(uri, PARTS[part][1], PARTS[part][2], members))
 
 
+@reads_system()
 def part_member(system_id: str, part: str, member_id: str):
     members = _members(system_id, part)
     if member_id not in members:

@@ -101,6 +101,7 @@ def render_media(system_id: str, device: str, media: dict[str, str]) -> dict:
 
 
 @bp.get("/<system_id>/VirtualMedia")
+@reads_system()
 def media_collection(system_id: str):
     visible_system(system_id)
     base = _base(system_id)

@@ -170,3 +170,38 @@ def test_a_session_call_reads_its_system_in_the_session_round_trip(app, client, 
     # The answers are the system's: another system's reads are never taken for them.
     other = client.get(SYS_URI.replace(SYS_URI.rsplit("/", 1)[1], systems[1]), headers=token)
     assert other.get_json()["Id"] == systems[1]
+
+
+def test_every_read_of_a_provisioning_costs_one_round_trip_and_a_boot_patch_three(
+    app, client, systems
+):
+    """Ironic reads the Manager, its VirtualMedia collection and the CD once per media call
+    (three times per provisioning) and the system before and after each step: each read is
+    the session check's round trip alone. A PATCH of the boot override: that round trip, its
+    checked write, and the message of its work."""
+    login = client.post(SESSIONS_PATH, json={"UserName": "admin", "Password": PASSWORDS["admin"]})
+    token = {"X-Auth-Token": login.headers["X-Auth-Token"]}
+    manager = SYS_URI.replace("/Systems/", "/Managers/")
+    reads = {
+        "GET system": SYS_URI,
+        "GET manager": manager,
+        "GET manager media": f"{manager}/VirtualMedia",
+        "GET manager CD": f"{manager}/VirtualMedia/Cd",
+        "GET system media": f"{SYS_URI}/VirtualMedia",
+    }
+
+    def patch(target: str):
+        boot = {"BootSourceOverrideTarget": target, "BootSourceOverrideEnabled": "Once"}
+        return client.patch(SYS_URI, json={"Boot": boot}, headers=token)
+
+    patch("Pxe")  # loads the write's script (a fresh Redis answers NOSCRIPT once)
+    trips = {}
+    for name, uri in reads.items():
+        trips[name], answer = _round_trips(app, lambda uri=uri: client.get(uri, headers=token))
+        assert answer.status_code == 200, (name, answer.get_json())
+    trips["PATCH boot"], answer = _round_trips(app, lambda: patch("Cd"))
+    assert answer.status_code == 200, answer.get_json()
+    assert answer.get_json()["Boot"]["BootSourceOverrideTarget"] == "Cd"
+    assert trips == {**dict.fromkeys(reads, 1), "PATCH boot": 3}, trips
+    # The answer's ETag is the one the system now has.
+    assert client.get(SYS_URI, headers=token).headers["ETag"] == answer.headers["ETag"]
