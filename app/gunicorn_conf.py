@@ -3,7 +3,8 @@
 Ironic sends ``Connection: close`` on every request, so each call is a fresh TCP (and TLS)
 connection and a short read of Redis: sync processes, one request at a time each, serve that
 with the least overhead.
-Plain os.environ reads only: this file is loaded before the app's packages are importable.
+Switches and numbers are read as every fleetfish setting is (``fleetfish.settings``): a value
+that does not parse stops the server at start, naming the variable.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from gunicorn import util
 from gunicorn.glogging import Logger
 from gunicorn.workers.sync import SyncWorker
 
+from fleetfish.settings import env_number, env_switch
+
 wsgi_app = "app:create_app()"
 
 _host = os.environ.get("FLEETFISH_BIND", "127.0.0.1")
@@ -27,12 +30,12 @@ bind = [f"[{_host}]:{_port}" if ":" in _host else f"{_host}:{_port}"]
 # One process per core (at least 2, at most 4): more processes than cores only add memory
 # (~25-50 MiB each) and CPU contention. Inside a container cpu_count() is the node's, not the
 # pod's limit: set FLEETFISH_API_WORKERS to the CPU limit.
-workers = int(
-    os.environ.get("FLEETFISH_API_WORKERS") or max(2, min(multiprocessing.cpu_count(), 4))
+workers = env_number(
+    os.environ, "FLEETFISH_API_WORKERS", max(2, min(multiprocessing.cpu_count(), 4))
 )
 # How long a client may take to send its request (and to read the answer) before its connection
 # is dropped: a stalled client holds a sync process for this long at most.
-read_timeout = float(os.environ.get("FLEETFISH_API_READ_TIMEOUT") or 10)
+read_timeout = env_number(os.environ, "FLEETFISH_API_READ_TIMEOUT", 10.0, float)
 
 
 _CORK = getattr(socket, "TCP_CORK", None)  # Linux
@@ -64,7 +67,7 @@ class TimedSyncWorker(SyncWorker):
 # requests in flight per process, for many slow clients on a long network path.
 _worker_class = os.environ.get("FLEETFISH_API_WORKER_CLASS", "sync")
 worker_class = TimedSyncWorker if _worker_class == "sync" else _worker_class
-threads = int(os.environ.get("FLEETFISH_API_THREADS") or 8)
+threads = env_number(os.environ, "FLEETFISH_API_THREADS", 8)
 timeout = 30
 graceful_timeout = 20
 keepalive = 2
@@ -187,7 +190,7 @@ logconfig_dict = {
 # The master imports the app once and forks the workers: they share its pages (about 25 MiB
 # less proportional memory per worker; RSS, which counts shared pages in every process, does not
 # show it). FLEETFISH_API_PRELOAD=0 restores one import per worker.
-preload_app = os.environ.get("FLEETFISH_API_PRELOAD", "1") != "0"
+preload_app = env_switch(os.environ, "FLEETFISH_API_PRELOAD", True)
 
 
 def pre_fork(server, worker):

@@ -24,12 +24,13 @@ GUNICORN_CONF = ROOT / "app" / "gunicorn_conf.py"
 def settings_env_names() -> set[str]:
     """Every environment variable fleetfish/settings.py (``e.get("NAME"...)``,
     ``env_switch(e, "NAME"...)``, ``env_number(e, "NAME"...)``) and app/gunicorn_conf.py
-    (``os.environ.get("NAME"...)``) read."""
-    reads = r"""(?:\be\.get\(|\benv_(?:switch|number)\(\s*e,)\s*["']([A-Z][A-Z0-9_]*)["']"""
+    (``os.environ.get("NAME"...)``, ``env_number(os.environ, "NAME"...)``) read."""
+    reads = r"""(?:\be\.get\(|\benv_(?:switch|number)\(\s*(?:e|os\.environ),)\s*["']([A-Z][A-Z0-9_]*)["']"""
     names = set(re.findall(reads, SETTINGS_FILE.read_text()))
     assert names, "no environment names found in settings.py: the parser is out of date"
     pattern = r"""os\.environ(?:\.get\(|\[)\s*["']([A-Z][A-Z0-9_]*)["']"""
     names |= set(re.findall(pattern, GUNICORN_CONF.read_text()))
+    names |= set(re.findall(reads, GUNICORN_CONF.read_text()))
     return names
 
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from fleetfish.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_tasks_outlive_the_longest_import_by_default():
@@ -62,3 +69,28 @@ def test_a_number_that_does_not_parse_is_refused_with_its_name(name, value, what
 )  # fmt: skip
 def test_switches_read_the_usual_spellings_of_on_and_off(value, expected):
     assert Settings.from_env({"FLEETFISH_REQUIRE_TLS": value}).require_tls is expected
+
+
+def gunicorn_settings(env: dict[str, str]) -> subprocess.CompletedProcess:
+    """app/gunicorn_conf.py loaded in a fresh interpreter, as gunicorn loads it, with ``env``."""
+    probe = (
+        "import json, runpy; conf = runpy.run_path('app/gunicorn_conf.py'); "
+        "print(json.dumps({k: conf[k] for k in ('preload_app', 'workers', 'read_timeout')}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", probe],
+        cwd=REPO, env={"PATH": "/usr/bin:/bin", **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_api_server_settings_read_switches_and_numbers_as_the_services_do():
+    done = gunicorn_settings({"FLEETFISH_API_PRELOAD": "off", "FLEETFISH_API_WORKERS": "3"})
+    assert done.returncode == 0, done.stderr
+    # "off" kept the preload on until now: only "0" turned it off.
+    assert json.loads(done.stdout) == {"preload_app": False, "workers": 3, "read_timeout": 10}
+
+
+def test_an_api_server_setting_that_does_not_parse_is_refused_with_its_name():
+    done = gunicorn_settings({"FLEETFISH_API_WORKERS": "two"})
+    assert done.returncode != 0
+    assert "FLEETFISH_API_WORKERS must be a whole number, not 'two'" in done.stderr
