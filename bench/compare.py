@@ -23,8 +23,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bench.interrupt import stop_on_sigterm
 from bench.report import cpu_per_node
-from lab.interrupt import stop_on_sigterm
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = "8dc8dbe"  # the code before the DataVolume watch: the reference of the cost target

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 from bench import plots, report
+from bench.interrupt import stop_on_sigterm
 from bench.runs import MODES, SUSHY_TOOLS, run_lab_mode, run_sushy_tools
-from lab.interrupt import stop_on_sigterm
 
 log = logging.getLogger("fleetfish.bench")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -350,7 +351,7 @@ def test_compare_stopped_by_sigterm_lets_the_running_benchmark_stop_its_lab(tmp_
         "import os, sys\n"
         "from pathlib import Path\n"
         "from bench.compare import run_child\n"
-        "from lab.interrupt import stop_on_sigterm\n"
+        "from bench.interrupt import stop_on_sigterm\n"
         "stop_on_sigterm()\n"
         "run_child([sys.executable, '-c', sys.argv[1], sys.argv[2]], Path('.'), dict(os.environ))\n"
     )
@@ -365,3 +366,25 @@ def test_compare_stopped_by_sigterm_lets_the_running_benchmark_stop_its_lab(tmp_
         if compare_like.poll() is None:
             compare_like.kill()
     assert (tmp_path / "stopped").exists()
+
+
+def test_what_the_benchmarks_import_from_the_lab_exists_in_the_reference_they_are_copied_into():
+    """bench.compare runs this checkout's bench/ inside a worktree of the reference commit, on
+    that commit's lab/: a bench module importing a lab name the reference lacks breaks every
+    reference run ("no usable result")."""
+    missing = []
+    for module in sorted((compare.REPO / "bench").glob("*.py")):
+        for lab_module, names in re.findall(
+            r"^from (lab(?:\.\w+)*) import ([^\n(]+)$", module.read_text(), re.MULTILINE
+        ):
+            path = lab_module.replace(".", "/") + ".py"
+            shown = subprocess.run(
+                ["git", "show", f"{compare.REFERENCE}:{path}"],
+                cwd=compare.REPO, capture_output=True, text=True,
+            )  # fmt: skip
+            for name in (n.strip() for n in names.split(",")):
+                if shown.returncode != 0 or not re.search(
+                    rf"^(def|class) {name}\b|^{name}\b\s*[:=]", shown.stdout, re.MULTILINE
+                ):
+                    missing.append(f"{module.name}: {lab_module}.{name}")
+    assert missing == []

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import requests
 
+from bench.interrupt import stop_on_sigterm
 from bench.sampler import process_memory
 from fleetfish.store import Store
-from lab.interrupt import stop_on_sigterm
 from lab.stack import LAB_NAMESPACE, LabConfig, LabStack
 from tests.e2e.conftest import lab_vm_names
 from tests.helpers import Redfish, boots, datavolumes, persistentvolumeclaims
