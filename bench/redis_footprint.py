@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import collections
 import re
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -47,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args(argv)
 
-    var = Path(tempfile.mkdtemp(prefix="ff-redis-"))
-    config = LabConfig.for_tests(var, vms=args.vms, import_seconds=1, flower=False)
-    try:
+    with tempfile.TemporaryDirectory(prefix="ff-redis-", ignore_cleanup_errors=True) as var:
+        config = LabConfig.for_tests(Path(var), vms=args.vms, import_seconds=1, flower=False)
         with (
             LabStack(config).start(timeout=90) as stack,
             IronicLike(stack.redfish_url, *stack.credentials) as ironic,
@@ -66,8 +64,6 @@ def main(argv: list[str] | None = None) -> int:
             client = redis.Redis.from_url(stack.redis_url)
             families = measure(client)
             used = client.info("memory")["used_memory"]
-    finally:
-        shutil.rmtree(var, ignore_errors=True)
     cycles = args.vms * args.rounds
     print(f"\n{cycles} cycles on {args.vms} VMs; Redis used_memory {used / 2**20:.1f} MiB")
     print(f"{'B/cycle':>8} {'keys':>6} {'TTL s':>7}  family")
