@@ -12,6 +12,7 @@ N = TypeVar("N", int, float)
 
 ON = ("1", "true", "yes", "on")
 OFF = ("0", "false", "no", "off")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def env_switch(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -55,6 +56,10 @@ class Settings:
     """
 
     def __post_init__(self) -> None:
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(
+                f"FLEETFISH_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, not {self.log_level!r}"
+            )
         if self.task_result_ttl <= self.import_timeout:
             raise ValueError(
                 f"FLEETFISH_TASK_RESULT_TTL ({self.task_result_ttl} s) must be longer than "

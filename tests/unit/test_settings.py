@@ -94,3 +94,12 @@ def test_an_api_server_setting_that_does_not_parse_is_refused_with_its_name():
     done = gunicorn_settings({"FLEETFISH_API_WORKERS": "two"})
     assert done.returncode != 0
     assert "FLEETFISH_API_WORKERS must be a whole number, not 'two'" in done.stderr
+
+
+def test_an_unknown_log_level_is_refused_with_the_levels_there_are():
+    with pytest.raises(ValueError) as refused:
+        Settings.from_env({"FLEETFISH_LOG_LEVEL": "verbose"})
+    assert "FLEETFISH_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL" in str(
+        refused.value
+    )
+    assert Settings.from_env({"FLEETFISH_LOG_LEVEL": "warning"}).log_level == "WARNING"
