@@ -83,6 +83,11 @@ def test_a_fleet_run_stopped_by_sigterm_stops_the_lab_it_started(tmp_path):
         started = [
             int(pid) for pid in re.findall(r"started \S+ \(pid (\d+)\)", log_path.read_text())
         ]
+        # The embedded Redis is not in the log: the lab's pid file lists it with the rest.
+        [pid_file] = (tmp_path / "work").rglob("lab.pids")
+        children = json.loads(pid_file.read_text())["children"]
+        assert "redis" in children, children
+        started += [pid for pid, _start_time in children.values()]
         bench.send_signal(signal.SIGTERM)
         assert bench.wait(timeout=60) != 0
     finally:
