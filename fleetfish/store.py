@@ -513,9 +513,9 @@ return redis.call('HINCRBY', KEYS[1], 'gen', 1)
 """
 
 # KEYS: system document, power, boot. ARGV[1..3]: SHA-1 of each as the caller last read it
-# (``_doc_digest``, ``_hash_digest``), then the boot fields to set. The write of a checked PATCH in one round
-# trip: it lands only if nothing changed since the check; returns the boot hash as written,
-# false otherwise (the caller reads again and checks again).
+# (``_doc_digest``, ``_hash_digest``), then the boot fields to set. The write of a checked
+# PATCH in one round trip: it lands only if nothing changed since the check; returns the boot
+# hash as written, false otherwise (the caller reads again and checks again).
 _SET_BOOT_IF_SAME = """
 local function hash_digest(key)
   local flat = redis.call('HGETALL', key)
