@@ -41,10 +41,6 @@ def _env_number(name: str, default, kind=int):
     return env_number(os.environ, name, default, kind)
 
 
-def _env_int(name: str, default: int) -> int:
-    return env_number(os.environ, name, default, int)
-
-
 def _env_switch(name: str) -> bool:
     """On/off as the services read it (fleetfish.settings), so both agree on every spelling."""
     return env_switch(os.environ, name, False)
@@ -101,21 +97,21 @@ class LabConfig:
     def from_env(cls) -> LabConfig:
         return cls(
             var_dir=Path(os.environ.get("LAB_VAR_DIR", str(cls.var_dir))),
-            vms=_env_int("LAB_VMS", cls.vms),
+            vms=_env_number("LAB_VMS", cls.vms),
             import_seconds=_env_number("LAB_IMPORT_SECONDS", cls.import_seconds, float),
-            workers=_env_int("LAB_WORKERS", cls.workers),
-            worker_concurrency=_env_int("LAB_WORKER_CONCURRENCY", cls.worker_concurrency),
-            api_workers=_env_int("LAB_API_WORKERS", cls.api_workers),
-            api_port=_env_int("FLEETFISH_PORT", cls.api_port),
-            kube_port=_env_int("LAB_KUBE_PORT", cls.kube_port),
-            iso_port=_env_int("LAB_ISO_PORT", cls.iso_port),
+            workers=_env_number("LAB_WORKERS", cls.workers),
+            worker_concurrency=_env_number("LAB_WORKER_CONCURRENCY", cls.worker_concurrency),
+            api_workers=_env_number("LAB_API_WORKERS", cls.api_workers),
+            api_port=_env_number("FLEETFISH_PORT", cls.api_port),
+            kube_port=_env_number("LAB_KUBE_PORT", cls.kube_port),
+            iso_port=_env_number("LAB_ISO_PORT", cls.iso_port),
             iso_bind=os.environ.get("LAB_ISO_BIND", "") or cls.iso_bind,
-            flower_port=_env_int("LAB_FLOWER_PORT", cls.flower_port),
-            redis_port=_env_int("LAB_REDIS_PORT", cls.redis_port),
+            flower_port=_env_number("LAB_FLOWER_PORT", cls.flower_port),
+            redis_port=_env_number("LAB_REDIS_PORT", cls.redis_port),
             redis_url=os.environ.get("REDIS_URL", ""),
             kubeconfig=os.environ.get("KUBECONFIG", ""),
             legacy_sequential=_env_switch("FLEETFISH_LEGACY_SEQUENTIAL"),
-            visibility_timeout=_env_int("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout),
+            visibility_timeout=_env_number("FLEETFISH_VISIBILITY_TIMEOUT", cls.visibility_timeout),
             tls=_env_switch("LAB_TLS"),
             iso_tls=_env_switch("LAB_ISO_TLS"),
             watcher_in_workers=_env_switch("FLEETFISH_WORKER_WATCH"),
